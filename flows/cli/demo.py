@@ -1,0 +1,16 @@
+"""`odqa demo`: the pipeline on the bundled sample."""
+
+from __future__ import annotations
+
+import click
+
+from flows.cli.groups import main, workspace_arg
+
+
+@main.command("demo")
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """Run the pipeline on the bundled sample into the workspace and show the results."""
+    from flows.demo import demo_flow
+
+    demo_flow(workspace=workspace_arg(ctx))

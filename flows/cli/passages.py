@@ -1,0 +1,30 @@
+"""`odqa import passages` / `odqa export passages`: DPR psgs_w100.tsv and BEIR corpora."""
+
+from __future__ import annotations
+
+import click
+
+from flows.cli.groups import export_group, import_group, workspace_arg
+from flows.cli.report import echo_report
+
+
+@import_group.command("passages")
+@click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
+@click.argument("path", type=click.Path(exists=True))
+@click.pass_context
+def import_passages(ctx: click.Context, fmt: str, path: str) -> None:
+    """Import a passage corpus: DPR's psgs_w100.tsv or a BEIR corpus.jsonl (or its folder)."""
+    from flows.passages import import_passages_flow
+
+    echo_report("import passages", import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx)))
+
+
+@export_group.command("passages")
+@click.option("--format", "fmt", type=click.Choice(["dpr-tsv"]), default="dpr-tsv", show_default=True)
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.pass_context
+def export_passages(ctx: click.Context, fmt: str, out: str) -> None:
+    """Write the passages table to OUT as DPR's psgs_w100.tsv (header id, text, title)."""
+    from flows.passages import export_passages_flow
+
+    echo_report("export passages", export_passages_flow(out=out, fmt=fmt, workspace=workspace_arg(ctx)))

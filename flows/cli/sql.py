@@ -1,0 +1,56 @@
+"""`odqa sql`: read-only SQL over the workspace catalog."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import click
+import pyarrow as pa
+from tabulate import tabulate
+
+from flows.cli.groups import main, workspace_of
+
+
+def _cell(value: object, width: int) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (list, dict)):
+        value = json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, str) and len(value) > width:
+        return value[: width - 1] + "…"
+    return value
+
+
+def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
+    """The query result as an aligned table, CSV or JSON Lines."""
+    rows = table.to_pylist()
+    if fmt == "json":
+        return "\n".join(json.dumps(r, ensure_ascii=False, default=str) for r in rows)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(table.column_names)
+        for r in rows:
+            writer.writerow([json.dumps(v, ensure_ascii=False) if isinstance(v, list) else v for v in r.values()])
+        return out.getvalue().rstrip("\n")
+    body = [[_cell(v, max_width) for v in r.values()] for r in rows]
+    return tabulate(body, headers=table.column_names, tablefmt="simple", floatfmt=".4g")
+
+
+@main.command("sql")
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--max-width", default=60, show_default=True, help="Truncate wide text cells in table output.")
+@click.pass_context
+def sql_command(ctx: click.Context, query: str, fmt: str, max_width: int) -> None:
+    """Run a read-only SQL QUERY over every workspace table (DuckDB views)."""
+    from storage.catalog import ReadOnlyViolation
+
+    try:
+        result = workspace_of(ctx).sql(query)
+    except ReadOnlyViolation as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(render(result, fmt, max_width))

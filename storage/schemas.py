@@ -1,0 +1,138 @@
+"""One pyarrow schema per workspace table.
+
+The schemas are the storage contract of DESIGN.md: every writer is checked against them, and an
+empty table still has typed columns in DuckDB, so users' queries work before a stage has run.
+Extra tables of later stages register here too, so the catalog knows every table up front.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+_str_list = pa.list_(pa.string())
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "articles": pa.schema(
+        [
+            ("article_id", pa.int64()),
+            ("title", pa.string()),
+            ("namespace", pa.int32()),
+            ("is_redirect", pa.bool_()),
+            ("redirect_target", pa.string()),
+            ("source", pa.string()),
+        ]
+    ),
+    "passages": pa.schema(
+        [
+            ("passage_id", pa.string()),
+            ("article_id", pa.int64()),
+            ("title", pa.string()),
+            ("text", pa.string()),
+            ("position", pa.int32()),
+            ("source", pa.string()),
+        ]
+    ),
+    "category_links": pa.schema(
+        [
+            ("page_id", pa.int64()),
+            ("title", pa.string()),
+            ("namespace", pa.int32()),
+            ("category", pa.string()),
+            ("kind", pa.string()),  # page | subcat | file: the MediaWiki cl_type of the edge
+            ("source", pa.string()),
+        ]
+    ),
+    "domains": pa.schema(
+        [
+            ("title", pa.string()),
+            ("domain", pa.string()),
+            ("depth", pa.int32()),
+        ]
+    ),
+    "questions": pa.schema(
+        [
+            ("question_id", pa.string()),
+            ("dataset", pa.string()),
+            ("split", pa.string()),
+            ("question", pa.string()),
+            ("answers", _str_list),
+            ("relation", pa.string()),
+            ("subject", pa.string()),
+            ("subject_id", pa.string()),
+            ("positive_ids", _str_list),
+            ("hard_negative_ids", _str_list),
+            ("domains", _str_list),
+        ]
+    ),
+    "qrels": pa.schema(
+        [
+            ("dataset", pa.string()),
+            ("split", pa.string()),
+            ("question_id", pa.string()),
+            ("passage_id", pa.string()),
+            ("relevance", pa.int32()),
+        ]
+    ),
+    "runs": pa.schema(
+        [
+            ("run", pa.string()),
+            ("question_id", pa.string()),
+            ("passage_id", pa.string()),
+            ("rank", pa.int32()),
+            ("score", pa.float32()),
+        ]
+    ),
+    "metrics": pa.schema(
+        [
+            ("run", pa.string()),
+            ("dataset", pa.string()),
+            ("split", pa.string()),
+            ("metric", pa.string()),
+            ("value", pa.float64()),
+            ("group", pa.string()),
+            ("created_at", pa.timestamp("us", tz="UTC")),
+            ("config", pa.string()),
+        ]
+    ),
+    "models": pa.schema(
+        [
+            ("model_id", pa.string()),
+            ("arch", pa.string()),
+            ("parameters", pa.int64()),
+            ("path", pa.string()),
+            ("base", pa.string()),
+            ("trained_on", pa.string()),
+            ("created_at", pa.timestamp("us", tz="UTC")),
+            ("config", pa.string()),
+        ]
+    ),
+}
+
+
+def schema_for(table: str) -> pa.Schema:
+    """The schema of `table`, or a clear error naming the known tables."""
+    try:
+        return SCHEMAS[table]
+    except KeyError:
+        raise KeyError(f"unknown table {table!r}; known tables: {', '.join(sorted(SCHEMAS))}") from None
+
+
+def conform(data: pa.Table | pa.RecordBatch, table: str) -> pa.Table:
+    """Cast `data` to the table's schema: missing nullable columns become nulls, order is fixed.
+
+    Writers build rows from dicts in several places; conforming here means a typo'd or missing
+    column fails loudly at write time instead of producing a file DuckDB reads differently.
+    """
+    schema = schema_for(table)
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    unknown = set(data.column_names) - set(schema.names)
+    if unknown:
+        raise ValueError(f"table {table!r} has no column(s) {sorted(unknown)}; expected {schema.names}")
+    columns = []
+    for field in schema:
+        if field.name in data.column_names:
+            columns.append(data.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(data.num_rows, type=field.type))
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -1,0 +1,303 @@
+"""Atomic Parquet table writes (transactions) and reads over the current snapshot.
+
+A transaction stages complete Parquet parts (each written under a temporary name, then renamed),
+and commit makes them visible together by switching the snapshot. Replacing a table's rows from
+one *source* (e.g. the Wikipedia dump, an imported corpus) drops that source's old parts in the
+same switch, which is what makes re-running a stage idempotent. A resumable transaction keeps its
+staging folder, keyed by stage and fingerprint, across a crash, so the re-run can skip parts that
+were already finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from storage.schemas import SCHEMAS, conform, schema_for
+from storage.snapshot import (
+    FileEntry,
+    Snapshot,
+    StageRecord,
+    load_snapshot,
+    prune_history,
+    recent_snapshots,
+    save_snapshot,
+    workspace_lock,
+)
+
+TABLES_DIR = "tables"
+STAGING_DIR = "staging"
+EMPTY_DIR = "_empty"
+KEEP_SNAPSHOTS = 3
+ROWS_PER_PART = 250_000
+
+Rows = pa.Table | pa.RecordBatch | list[dict[str, Any]]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "stage"
+
+
+def _to_table(data: Rows, table: str) -> pa.Table:
+    if isinstance(data, list):
+        data = pa.Table.from_pylist(data, schema=None) if data else pa.table({})
+        if data.num_columns == 0:
+            return schema_for(table).empty_table()
+    return conform(data, table)
+
+
+def write_parquet_atomic(data: pa.Table, path: Path) -> None:
+    """Write a complete Parquet file, visible under `path` only once fully written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(data, tmp, compression="zstd")
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def empty_table_file(root: Path, table: str) -> Path:
+    """A zero-row Parquet file with the table's schema, so empty tables keep typed columns."""
+    path = root / TABLES_DIR / EMPTY_DIR / f"{table}.parquet"
+    schema = schema_for(table)
+    if path.exists() and pq.read_schema(path).equals(schema):
+        return path
+    write_parquet_atomic(schema.empty_table(), path)
+    return path
+
+
+class PartWriter:
+    """Streams rows of one table into staged parts of at most `rows_per_part` rows."""
+
+    def __init__(self, tx: Transaction, table: str, source: str, prefix: str, rows_per_part: int):
+        self._tx, self._table, self._source = tx, table, source
+        self._prefix, self._rows_per_part = prefix, rows_per_part
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self._parts = 0
+
+    def write(self, data: Rows) -> None:
+        table = _to_table(data, self._table)
+        if table.num_rows == 0:
+            return
+        self._buffer.append(table)
+        self._buffered += table.num_rows
+        while self._buffered >= self._rows_per_part:
+            self._flush(self._rows_per_part)
+
+    def _flush(self, rows: int) -> None:
+        merged = pa.concat_tables(self._buffer)
+        head, tail = merged.slice(0, rows), merged.slice(rows)
+        self._tx.write(self._table, head, source=self._source, part=f"{self._prefix}-{self._parts:06d}")
+        self._parts += 1
+        self._buffer = [tail] if tail.num_rows else []
+        self._buffered = tail.num_rows
+
+    def close(self) -> None:
+        if self._buffered:
+            self._flush(self._buffered)
+
+
+class Transaction:
+    """Stage parts for several tables; `commit()` makes them all visible in one switch."""
+
+    def __init__(self, root: Path, stage: str, fingerprint: str | None = None, resumable: bool = False):
+        self.root = root
+        self.stage = stage
+        self.fingerprint = fingerprint
+        self.report: dict[str, Any] = {}
+        self._replace_sources: dict[str, set[str]] = {}
+        self._replace_tables: set[str] = set()
+        self._staged: dict[str, dict[str, tuple[str, int]]] = {}  # table -> part -> (source, rows)
+        self._auto_parts: dict[str, int] = {}
+        staging_root = root / STAGING_DIR
+        if resumable:
+            if not fingerprint:
+                raise ValueError("a resumable transaction needs a fingerprint")
+            name = f"{_slug(stage)}-{fingerprint[:16]}"
+            for old in staging_root.glob(f"{_slug(stage)}-*"):  # an earlier attempt with other inputs
+                if old.name != name:
+                    shutil.rmtree(old, ignore_errors=True)
+        else:
+            name = f"{_slug(stage)}-{uuid.uuid4().hex[:12]}"
+        self.resumable = resumable
+        self.staging = staging_root / name
+        self.staging.mkdir(parents=True, exist_ok=True)
+        self._txid = uuid.uuid4().hex[:12]
+        self._closed = False
+
+    # -- declaring what the commit replaces ---------------------------------------------------
+    def replace_source(self, table: str, source: str) -> None:
+        """At commit, drop the table's existing parts that came from `source`."""
+        schema_for(table)
+        self._replace_sources.setdefault(table, set()).add(source)
+
+    def replace_table(self, table: str) -> None:
+        """At commit, drop all existing parts of the table (a full rewrite)."""
+        schema_for(table)
+        self._replace_tables.add(table)
+
+    # -- staging ------------------------------------------------------------------------------
+    def _part_path(self, table: str, part: str) -> Path:
+        return self.staging / table / f"{_slug(part)}.parquet"
+
+    def has_part(self, table: str, part: str) -> bool:
+        """True when a resumed transaction already staged this part completely."""
+        return self._part_path(table, part).exists()
+
+    def adopt_part(self, table: str, part: str, source: str) -> None:
+        """Take over a part staged by an earlier, interrupted attempt of this transaction."""
+        path = self._part_path(table, part)
+        rows = pq.ParquetFile(path).metadata.num_rows
+        self._staged.setdefault(table, {})[part] = (source, rows)
+
+    def write(self, table: str, data: Rows, source: str, part: str | None = None) -> None:
+        """Stage `data` as one part of `table` (written completely before it is named)."""
+        arrow = _to_table(data, table)
+        if part is None:
+            index = self._auto_parts.get(table, 0)
+            self._auto_parts[table] = index + 1
+            part = f"part-{index:06d}"
+        if arrow.num_rows == 0:
+            return
+        write_parquet_atomic(arrow, self._part_path(table, part))
+        self._staged.setdefault(table, {})[part] = (source, arrow.num_rows)
+
+    def write_group(self, key: str, parts: dict[str, Rows], source: str) -> None:
+        """Stage one part per table under `key`, then mark the group finished.
+
+        Chunked stages (ingest, encoding) call this per chunk; after a crash, `group_done(key)`
+        tells the resumed run which chunks it can take over instead of recomputing them.
+        """
+        staged: dict[str, int] = {}
+        for table, data in parts.items():
+            self.write(table, data, source=source, part=key)
+            if key in self._staged.get(table, {}):
+                staged[table] = self._staged[table][key][1]
+        marker = self.staging / "_done" / f"{_slug(key)}.json"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"source": source, "rows": staged}), encoding="utf-8")
+        os.replace(tmp, marker)
+
+    def group_done(self, key: str) -> bool:
+        """True (and the group's parts adopted) when an earlier attempt finished group `key`."""
+        marker = self.staging / "_done" / f"{_slug(key)}.json"
+        if not marker.exists():
+            return False
+        info = json.loads(marker.read_text(encoding="utf-8"))
+        for table in info["rows"]:
+            self.adopt_part(table, key, info["source"])
+        return True
+
+    def writer(self, table: str, source: str, prefix: str = "part", rows_per_part: int = ROWS_PER_PART) -> PartWriter:
+        return PartWriter(self, table, source, prefix, rows_per_part)
+
+    # -- commit / abort -----------------------------------------------------------------------
+    def commit(self) -> Snapshot:
+        if self._closed:
+            raise RuntimeError("transaction already closed")
+        with workspace_lock(self.root):
+            snapshot = load_snapshot(self.root)
+            tables = {name: list(entries) for name, entries in snapshot.tables.items()}
+            for table in set(self._replace_sources) | self._replace_tables | set(self._staged):
+                entries = tables.get(table, [])
+                if table in self._replace_tables:
+                    entries = []
+                drop = self._replace_sources.get(table, set())
+                entries = [e for e in entries if e.source not in drop]
+                for part in sorted(self._staged.get(table, {})):
+                    source, rows = self._staged[table][part]
+                    target = Path(TABLES_DIR) / table / f"{self._txid}-{_slug(part)}.parquet"
+                    (self.root / target).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(self._part_path(table, part), self.root / target)
+                    entries.append(FileEntry(path=str(target), source=source, rows=rows))
+                tables[table] = entries
+            stages = dict(snapshot.stages)
+            new_version = snapshot.version + 1
+            if self.fingerprint is not None:
+                stages[self.stage] = StageRecord(
+                    fingerprint=self.fingerprint, version=new_version, finished_at=time.time(), report=self.report
+                )
+            committed = Snapshot(version=new_version, tables=tables, stages=stages)
+            save_snapshot(self.root, committed)
+            _collect_garbage(self.root)
+        self._closed = True
+        shutil.rmtree(self.staging, ignore_errors=True)
+        from storage.catalog import refresh_catalog  # late import: catalog imports this module
+
+        refresh_catalog(self.root, committed, strict=False)
+        return committed
+
+    def abort(self) -> None:
+        """Forget staged parts; a resumable transaction keeps them for the next attempt."""
+        self._closed = True
+        if not self.resumable:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def _collect_garbage(root: Path) -> None:
+    """Delete table files no recent snapshot references (leftovers of killed or old commits)."""
+    keep: set[str] = set()
+    for snap in recent_snapshots(root, KEEP_SNAPSHOTS):
+        for entries in snap.tables.values():
+            keep.update(e.path for e in entries)
+    tables_dir = root / TABLES_DIR
+    for path in tables_dir.glob("*/*.parquet"):
+        if path.parent.name == EMPTY_DIR:
+            continue
+        if str(path.relative_to(root)) not in keep:
+            path.unlink(missing_ok=True)
+    prune_history(root, keep=10)
+
+
+def table_paths(root: Path, snapshot: Snapshot, table: str) -> list[Path]:
+    return [root / entry.path for entry in snapshot.files(table)]
+
+
+def table_dataset(root: Path, snapshot: Snapshot, table: str) -> ds.Dataset:
+    """A pyarrow dataset over the table's current parts, with the registered schema."""
+    schema = schema_for(table)
+    paths = table_paths(root, snapshot, table) or [empty_table_file(root, table)]
+    return ds.dataset([str(p) for p in paths], schema=schema, format="parquet")
+
+
+def read_table(root: Path, snapshot: Snapshot, table: str, columns: list[str] | None = None, filter=None) -> pa.Table:
+    return table_dataset(root, snapshot, table).to_table(columns=columns, filter=filter)
+
+
+def scan_table(
+    root: Path,
+    snapshot: Snapshot,
+    table: str,
+    columns: list[str] | None = None,
+    batch_size: int = 65_536,
+    filter=None,
+) -> Iterator[pa.RecordBatch]:
+    """Stream a table in file order with bounded memory."""
+    dataset = table_dataset(root, snapshot, table)
+    yield from dataset.to_batches(columns=columns, batch_size=batch_size, filter=filter)
+
+
+def known_tables(snapshot: Snapshot) -> Iterable[str]:
+    return sorted(set(SCHEMAS) | set(snapshot.tables))

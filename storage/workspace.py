@@ -1,0 +1,96 @@
+"""The workspace: the one place that knows where tables, indexes, models and plots live."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from storage import catalog, tables
+from storage.snapshot import Snapshot, StageRecord, load_snapshot
+
+ENV_VAR = "ODQA_WORKSPACE"
+DEFAULT_DIR = "workspace"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def resolve(cls, path: str | os.PathLike[str] | None = None) -> Workspace:
+        """`--workspace` beats `$ODQA_WORKSPACE` beats `./workspace`."""
+        chosen = path if path not in (None, "") else os.environ.get(ENV_VAR) or DEFAULT_DIR
+        root = Path(chosen).expanduser().resolve()
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(f"workspace {root} exists and is not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+        return cls(root)
+
+    # -- folders --------------------------------------------------------------------------
+    def _dir(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def indexes_dir(self) -> Path:
+        return self._dir("indexes")
+
+    @property
+    def models_dir(self) -> Path:
+        return self._dir("models")
+
+    @property
+    def plots_dir(self) -> Path:
+        return self._dir("plots")
+
+    @property
+    def tmp_dir(self) -> Path:
+        """Scratch space on the workspace's disk (same filesystem, so renames are atomic)."""
+        return self._dir("tmp")
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / catalog.CATALOG_FILE
+
+    # -- snapshot and stages -----------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return load_snapshot(self.root)
+
+    def stage_record(self, stage: str) -> StageRecord | None:
+        return self.snapshot().stages.get(stage)
+
+    def stage_is_current(self, stage: str, fingerprint: str) -> bool:
+        """True when `stage` last committed with exactly this input fingerprint."""
+        record = self.stage_record(stage)
+        return record is not None and record.fingerprint == fingerprint
+
+    def table_version(self, table: str) -> str:
+        return self.snapshot().table_version(table)
+
+    def rows(self, table: str) -> int:
+        return self.snapshot().rows(table)
+
+    # -- writing ----------------------------------------------------------------------------
+    def transaction(self, stage: str, fingerprint: str | None = None, resumable: bool = False) -> tables.Transaction:
+        return tables.Transaction(self.root, stage, fingerprint=fingerprint, resumable=resumable)
+
+    # -- reading ----------------------------------------------------------------------------
+    def read_table(self, table: str, columns: list[str] | None = None, filter=None) -> pa.Table:
+        return tables.read_table(self.root, self.snapshot(), table, columns=columns, filter=filter)
+
+    def scan(
+        self, table: str, columns: list[str] | None = None, batch_size: int = 65_536, filter=None
+    ) -> Iterator[pa.RecordBatch]:
+        return tables.scan_table(self.root, self.snapshot(), table, columns, batch_size, filter=filter)
+
+    def sql(self, query: str) -> pa.Table:
+        """Read-only SQL over the catalog (writes are refused)."""
+        return catalog.query_read_only(self.root, self.snapshot(), query)
+
+    def refresh_catalog(self) -> None:
+        catalog.refresh_catalog(self.root, self.snapshot(), strict=True)
