@@ -1,0 +1,69 @@
+"""DPR psgs_w100.tsv and BEIR corpus readers/writers (pure, no workspace)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipelines.passage_formats import PassageFormatError, read_beir_corpus, read_dpr_tsv, write_dpr_tsv
+
+DPR_TSV = (
+    'id\ttext\ttitle\n'
+    '1\t"Aaron Aaron ( or ; ""Ahärôn"") is a prophet, high priest"\tAaron\n'
+    '2\tin the Hebrew Bible and the Quran.\tAaron\n'
+    '3\tZürich is the largest city in Switzerland.\tZürich\n'
+)
+
+
+def _rows(batches) -> list[dict]:
+    return pa.Table.from_batches(list(batches)).to_pylist()
+
+
+def test_dpr_tsv_reads_quoting_and_positions(tmp_path: Path) -> None:
+    path = tmp_path / "psgs.tsv"
+    path.write_text(DPR_TSV, encoding="utf-8")
+    rows = _rows(read_dpr_tsv(path, batch_size=2))
+    assert [r["passage_id"] for r in rows] == ["1", "2", "3"]
+    assert rows[0]["text"] == 'Aaron Aaron ( or ; "Ahärôn") is a prophet, high priest'
+    assert [r["position"] for r in rows] == [0, 1, 0]
+    assert rows[2]["title"] == "Zürich"
+
+
+def test_dpr_tsv_round_trips(tmp_path: Path) -> None:
+    src = tmp_path / "psgs.tsv"
+    src.write_text(DPR_TSV, encoding="utf-8")
+    out = tmp_path / "out.tsv"
+    assert write_dpr_tsv(read_dpr_tsv(src), out) == 3
+    assert _rows(read_dpr_tsv(out)) == _rows(read_dpr_tsv(src))
+    assert out.read_text(encoding="utf-8").splitlines()[0] == "id\ttext\ttitle"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty file"),
+        ("pid\tbody\tname\n1\tx\ty\n", "expected the header"),
+        ("id\ttext\ttitle\n1\tonly two\n", r":2: expected 3 tab-separated fields"),
+    ],
+)
+def test_dpr_tsv_errors_name_file_and_line(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.tsv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(PassageFormatError, match=message) as info:
+        list(read_dpr_tsv(path))
+    assert str(path) in str(info.value)
+
+
+def test_beir_corpus_reads_folder_and_reports_bad_line(tmp_path: Path) -> None:
+    (tmp_path / "corpus.jsonl").write_text(
+        '{"_id": "d1", "title": "Bern", "text": "Bern is the federal city.", "metadata": {}}\n'
+        '{"_id": 2, "text": "No title here."}\n',
+        encoding="utf-8",
+    )
+    rows = _rows(read_beir_corpus(tmp_path))
+    assert [(r["passage_id"], r["title"]) for r in rows] == [("d1", "Bern"), ("2", "")]
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": \n', encoding="utf-8")
+    with pytest.raises(PassageFormatError, match=r"corpus.jsonl:2: invalid JSON"):
+        list(read_beir_corpus(tmp_path))

@@ -1,0 +1,33 @@
+"""`odqa import passages` / `odqa export passages` through the CLI and Prefect flows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.passages.test_passage_formats import DPR_TSV
+
+
+def test_import_export_round_trip_and_noop(cli, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    src = tmp_path / "psgs_w100.tsv"
+    src.write_text(DPR_TSV, encoding="utf-8")
+    first = cli("--workspace", str(ws), "import", "passages", "--format", "dpr-tsv", str(src))
+    assert "passages: 3" in first.output
+    again = cli("--workspace", str(ws), "import", "passages", "--format", "dpr-tsv", str(src))
+    assert "no-op" in again.output
+    out = tmp_path / "export.tsv"
+    cli("--workspace", str(ws), "export", "passages", "--format", "dpr-tsv", str(out))
+    assert out.read_text(encoding="utf-8") == src.read_text(encoding="utf-8").replace('""Ahärôn""', '""Ahärôn""')
+    listed = cli("--workspace", str(ws), "sql", "SELECT passage_id, position FROM passages ORDER BY passage_id", "--format", "csv")
+    assert listed.output.strip().splitlines() == ["passage_id,position", "1,0", "2,1", "3,0"]
+
+
+def test_import_beir_and_bad_input_message(cli, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    corpus = tmp_path / "beir"
+    corpus.mkdir()
+    (corpus / "corpus.jsonl").write_text('{"_id": "a", "title": "T", "text": "x"}\nnot json\n', encoding="utf-8")
+    result = cli("--workspace", str(ws), "import", "passages", "--format", "beir", str(corpus), ok=False)
+    assert result.exit_code == 1
+    assert "corpus.jsonl:2: invalid JSON" in result.output
+    assert cli("--workspace", str(ws), "sql", "SELECT count(*) AS n FROM passages", "--format", "csv").output.split() == ["n", "0"]
