@@ -73,6 +73,17 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("relevance", pa.int32()),
         ]
     ),
+    # PAQ's flipped training variant (thesis 5.1): per passage, its generated questions are the
+    # positives and questions of other passages of the split the negatives.
+    "flipped": pa.schema(
+        [
+            ("passage_id", pa.string()),
+            ("dataset", pa.string()),
+            ("split", pa.string()),
+            ("positive_questions", _str_list),
+            ("negative_questions", _str_list),
+        ]
+    ),
     "runs": pa.schema(
         [
             ("run", pa.string()),

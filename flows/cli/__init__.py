@@ -13,8 +13,10 @@ from flows.cli.groups import main
 VERB_MODULES = [
     "ingest",
     "passages",
+    "questions",
     "sql",
     "demo",
+    "categories",
 ]
 
 for _name in VERB_MODULES:

@@ -1,0 +1,329 @@
+"""Prefect flows for question datasets: template questions from facts, PAQ samples, QA imports.
+
+Each flow wires pure steps of `pipelines/questions/` to the workspace:
+- `trex_questions_flow`: facts from a SPARQL endpoint (one Prefect task per relation, with
+  Prefect retries on top of the client's own backoff), T-REx files or a JSON Lines file ->
+  template questions in the thesis' splits (or one split) -> positives from the workspace's
+  passages when there are any -> `questions` + report figures in `metrics`.
+- `paq_questions_flow`: PAQ metadata -> the thesis' 100K-passage sample (`questions`) and its
+  flipped variant (`flipped`).
+- `import_questions_flow`: a standard QA file -> `questions` (+ `passages`, `qrels`).
+
+Every flow fingerprints its inputs and parameters: a re-run with identical inputs is a no-op,
+and the rows of a dataset are replaced in one atomic commit, so a failure (a SPARQL endpoint
+that stays down, a malformed line) leaves the workspace exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from prefect import flow, task
+
+from flows.runtime import stage_logger
+from pipelines.questions.imports import FORMATS, dedupe_passages, import_questions
+from pipelines.questions.paq import PaqConfig, sample_paq
+from pipelines.questions.positives import find_positives
+from pipelines.questions.sparql import DEFAULT_USER_AGENT, SparqlTripleSource
+from pipelines.questions.splits import (
+    THESIS_SEEN_RELATIONS,
+    THESIS_UNSEEN_RELATIONS,
+    SplitConfig,
+    SplitResult,
+    single_split,
+    thesis_splits,
+)
+from pipelines.questions.templates import load_templates
+from pipelines.questions.triples import (
+    RELATION_ID,
+    JsonlTripleSource,
+    TrexTripleSource,
+    Triple,
+    check_relation_id,
+)
+from storage import Workspace
+from storage.fingerprint import file_sha256, fingerprint
+
+THESIS_RELATIONS = THESIS_SEEN_RELATIONS + THESIS_UNSEEN_RELATIONS
+SPARQL_DEFAULT_SAMPLE = 20_000  # 10,000 for the splits (Table 3.1) + leftovers for the analysis sets
+
+
+def _metric_rows(dataset: str, source: str, figures: list[tuple[str | None, str, float, str | None]],
+                 config: dict[str, Any]) -> list[dict[str, Any]]:
+    """`metrics` rows (run = the stage source) for (split, metric, value, group) figures."""
+    now = datetime.now(timezone.utc)
+    text = json.dumps(config, sort_keys=True, default=str)
+    return [
+        {"run": source, "dataset": dataset, "split": split, "metric": metric, "value": float(value), "group": group,
+         "created_at": now, "config": text}
+        for split, metric, value, group in figures
+    ]
+
+
+def _files_sha(paths: list[Path]) -> list[tuple[str, str]]:
+    return [(p.name, file_sha256(p)) for p in sorted(paths)]
+
+
+# --- facts -> template questions ------------------------------------------------------------
+
+@task(name="sparql-relation", tags=["sparql"])
+def fetch_relation_task(endpoint: str, relation: str, options: dict[str, Any]) -> list[Triple]:
+    """One relation's facts; the whole relation is retried by Prefect if the client gives up."""
+    return SparqlTripleSource(endpoint, [relation], **options).fetch_relation(relation)
+
+
+@task(name="read-triples")
+def read_triples_task(kind: str, path: str, relations: list[str] | None, sample: int | None, seed: int) -> list[Triple]:
+    if kind == "trex":
+        source = TrexTripleSource(Path(path), relations, sample, seed)
+        triples = source.fetch()
+        if source.skipped:
+            stage_logger().info("T-REx triples skipped: %s", dict(source.skipped))
+        return triples
+    return JsonlTripleSource(Path(path), relations, sample, seed).fetch()
+
+
+def _triples_digest(triples: list[Triple]) -> str:
+    return fingerprint([[t.subject, t.relation, t.object, t.subject_id, t.object_id, list(t.object_aliases)]
+                        for t in triples])
+
+
+def _redirects(ws: Workspace) -> pa.Table | None:
+    if ws.rows("articles") == 0:
+        return None
+    return ws.read_table("articles", columns=["title", "redirect_target"], filter=pc.field("is_redirect"))
+
+
+def _trex_figures(result: SplitResult, positives_report: list[dict[str, Any]] | None) -> list[tuple]:
+    figures: list[tuple] = [(row["split"], "questions", row["questions"], row["relation"]) for row in result.counts()]
+    totals = Counter(result.questions.column("split").to_pylist())
+    figures += [(split, "questions", n, None) for split, n in totals.items()]
+    for row in positives_report or []:
+        figures.append((row["split"], "questions_with_article", row["with_article"], row["relation"]))
+        figures.append((row["split"], "questions_with_positive", row["with_positive"], row["relation"]))
+    if positives_report:
+        with_positive: Counter[str] = Counter()
+        for row in positives_report:
+            with_positive[row["split"]] += row["with_positive"]
+        figures += [(split, "questions_with_positive", n, None) for split, n in with_positive.items()]
+    figures += [(s["split"], "analysis_shortfall", s["wanted"] - s["got"], s["relation"]) for s in result.shortfalls]
+    return figures
+
+
+@flow(name="questions-trex")
+def trex_questions_flow(
+    templates: str,
+    dataset: str,
+    sparql: str | None = None,
+    trex: str | None = None,
+    triples: str | None = None,
+    relations: list[str] | None = None,
+    sample_per_relation: int | None = None,
+    seed: int = 0,
+    splits: str = "thesis",
+    split: str | None = None,
+    size_per_relation: int | None = 10_000,
+    analysis_per_relation: int = 300,
+    page_size: int = 1000,
+    sparql_retries: int = 5,
+    sparql_backoff: float = 1.0,
+    sparql_timeout: float = 120.0,
+    user_agent: str = DEFAULT_USER_AGENT,
+    task_retries: int = 2,
+    task_retry_delay: float = 30.0,
+    workspace: str | None = None,
+) -> dict[str, Any]:
+    """Template questions from Wikidata facts (SPARQL, T-REx or JSON Lines) into `questions`."""
+    log = stage_logger()
+    if sum(x is not None for x in (sparql, trex, triples)) != 1:
+        raise ValueError("give exactly one fact source: --sparql URL, --trex DIR or --triples FILE")
+    if splits not in ("thesis", "none"):
+        raise ValueError(f"--splits must be 'thesis' or 'none', got {splits!r}")
+    if splits == "none" and not split:
+        raise ValueError("--splits none needs --split NAME (the split every question goes to)")
+    if splits == "thesis" and split:
+        raise ValueError("--split NAME only goes with --splits none")
+    ws = Workspace.resolve(workspace)
+    template_file = Path(templates).expanduser().resolve()
+    template_map = load_templates(template_file)
+    wanted = [check_relation_id(r) for r in relations] if relations else None
+    if wanted is None:  # the thesis' 14 relations, or with --splits none every templated relation
+        wanted = list(THESIS_RELATIONS) if splits == "thesis" else [k for k in template_map if RELATION_ID.match(k)]
+    config = SplitConfig(size_per_relation=size_per_relation, analysis_per_relation=analysis_per_relation, seed=seed)
+
+    if sparql is not None:
+        sample = sample_per_relation if sample_per_relation is not None else SPARQL_DEFAULT_SAMPLE
+        options = {"sample_per_relation": sample, "seed": seed, "page_size": page_size, "retries": sparql_retries,
+                   "backoff": sparql_backoff, "timeout": sparql_timeout, "user_agent": user_agent}
+        fetch = fetch_relation_task.with_options(retries=task_retries, retry_delay_seconds=task_retry_delay)
+        facts = [t for relation in wanted for t in fetch(sparql, relation, options)]
+        origin = {"sparql": sparql, "facts": _triples_digest(facts)}
+    else:
+        kind, path = ("trex", trex) if trex is not None else ("jsonl", triples)
+        source_path = Path(path).expanduser().resolve()
+        if not source_path.exists():
+            raise FileNotFoundError(f"fact source not found: {source_path}")
+        files = sorted(source_path.glob("*.json*")) if source_path.is_dir() else [source_path]
+        origin = {kind: _files_sha(files)}
+        facts = None
+        sample = sample_per_relation
+
+    params = {"dataset": dataset, "relations": wanted, "sample_per_relation": sample, "seed": seed, "splits": splits,
+              "split": split, "size_per_relation": size_per_relation, "analysis_per_relation": analysis_per_relation}
+    stage = f"questions-trex:{dataset}"
+    stage_fp = fingerprint(stage, origin, file_sha256(template_file), params,
+                           ws.table_version("passages"), ws.table_version("articles"))
+    if ws.stage_is_current(stage, stage_fp):
+        log.info("%s: same facts, templates and parameters as last time (no-op)", stage)
+        return {**ws.stage_record(stage).report, "noop": True}
+    if facts is None:
+        facts = read_triples_task(kind, str(source_path), wanted, sample, seed)
+
+    if splits == "thesis":
+        result = thesis_splits(facts, template_map, dataset, config)
+    else:
+        result = single_split(facts, template_map, dataset, split)
+    questions = result.questions
+    positives_report = None
+    if ws.rows("passages"):
+        found = find_positives(questions, ws.scan("passages", columns=["passage_id", "title", "text"]), _redirects(ws))
+        questions, positives_report = found.questions, found.report
+
+    source = stage
+    report: dict[str, Any] = {"dataset": dataset, "facts": len(facts), "questions": questions.num_rows}
+    report.update({f"split_{s}": n for s, n in sorted(Counter(questions.column("split").to_pylist()).items())})
+    if positives_report is not None:
+        report["questions_with_positive"] = sum(r["with_positive"] for r in positives_report)
+    else:
+        report["positives"] = "skipped: the workspace has no passages"
+    report.update({f"skipped_{k}": v for k, v in result.skipped.items()})
+    if result.shortfalls:
+        report["analysis_shortfalls"] = len(result.shortfalls)
+    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        for table in ("questions", "metrics"):
+            tx.replace_source(table, source)
+        tx.write("questions", questions, source=source)
+        tx.write("metrics", _metric_rows(dataset, source, _trex_figures(result, positives_report), params), source=source)
+        tx.report = report
+    log.info("%s: %s", stage, report)
+    return {**report, "noop": False}
+
+
+# --- PAQ ------------------------------------------------------------------------------------
+
+@flow(name="questions-paq")
+def paq_questions_flow(
+    path: str,
+    dataset: str = "paq",
+    passages: int = 100_000,
+    seed: int = 0,
+    min_questions: int = 3,
+    negatives: int = 1,
+    memory_limit: str = "1GB",
+    workspace: str | None = None,
+) -> dict[str, Any]:
+    """The thesis' PAQ sample (one question for each of N passages, 70/15/15) and its flipped rows."""
+    log = stage_logger()
+    ws = Workspace.resolve(workspace)
+    source_path = Path(path).expanduser().resolve()
+    if not source_path.is_file():
+        raise FileNotFoundError(f"PAQ metadata file not found: {source_path}")
+    config = PaqConfig(passages=passages, seed=seed, min_questions=min_questions, negatives=negatives,
+                       memory_limit=memory_limit)
+    params = {"dataset": dataset, "passages": passages, "seed": seed, "min_questions": min_questions,
+              "negatives": negatives, "train": str(config.train_fraction), "dev": str(config.dev_fraction)}
+    stage = f"questions-paq:{dataset}"
+    stage_fp = fingerprint(stage, file_sha256(source_path), params)
+    if ws.stage_is_current(stage, stage_fp):
+        log.info("%s: same file and parameters as last time (no-op)", stage)
+        return {**ws.stage_record(stage).report, "noop": True}
+    tmp = ws.tmp_dir / f"paq-{uuid.uuid4().hex[:8]}"
+    try:
+        result = sample_paq(source_path, tmp, dataset, config)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report = {"dataset": dataset, "path": str(source_path), **result.report}
+    figures = [(None, key, value, None) for key, value in result.report.items()]
+    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        for table in ("questions", "flipped", "metrics"):
+            tx.replace_source(table, stage)
+        tx.write("questions", result.questions, source=stage)
+        tx.write("flipped", result.flipped, source=stage)
+        tx.write("metrics", _metric_rows(dataset, stage, figures, params), source=stage)
+        tx.report = report
+    log.info("%s: %s", stage, report)
+    return {**report, "noop": False}
+
+
+# --- imports --------------------------------------------------------------------------------
+
+def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
+    if fmt == "beir":
+        return [path / "corpus.jsonl", path / "queries.jsonl", path / "qrels" / f"{split}.tsv"]
+    if path.is_dir():
+        return sorted(path.glob("P*.json"))
+    return [path]
+
+
+@flow(name="import-questions")
+def import_questions_flow(
+    fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None
+) -> dict[str, Any]:
+    """Import a standard QA dataset file into `questions` (and `passages` / `qrels`)."""
+    log = stage_logger()
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    ws = Workspace.resolve(workspace)
+    source_path = Path(path).expanduser().resolve()
+    imported = import_questions(fmt, source_path, dataset, split)  # validates the path and layout
+    stage = f"import-questions:{dataset}:{split}"
+    stage_fp = fingerprint(stage, fmt, _files_sha([p for p in _import_files(fmt, source_path, split) if p.exists()]))
+    if ws.stage_is_current(stage, stage_fp):
+        log.info("%s: same file as last time (no-op)", stage)
+        return {**ws.stage_record(stage).report, "noop": True}
+
+    counts: Counter[str] = Counter()
+    tmp = ws.tmp_dir / f"import-{uuid.uuid4().hex[:8]}"
+    try:
+        with ws.transaction(stage, fingerprint=stage_fp) as tx:
+            for table in ("questions", "passages", "qrels", "metrics"):
+                tx.replace_source(table, stage)
+            writer = tx.writer("questions", source=stage, prefix="questions")
+            for batch in imported.questions:
+                writer.write(batch)
+                counts["questions"] += batch.num_rows
+                positives = batch.column(batch.schema.get_field_index("positive_ids")).to_pylist()
+                counts["questions_with_positive"] += sum(1 for ids in positives if ids)
+            writer.close()
+            if imported.passages is not None:
+                snapshot = ws.snapshot()
+                others = [ws.root / e.path for e in snapshot.files("passages") if e.source != stage]
+                writer = tx.writer("passages", source=stage, prefix="passages")
+                for batch in dedupe_passages(imported.passages, tmp, memory_limit, exclude=others):
+                    writer.write(batch.drop_columns(["source"]).append_column(
+                        "source", pa.array([stage] * batch.num_rows, pa.string())))
+                    counts["passages"] += batch.num_rows
+                writer.close()
+            if imported.qrels is not None:
+                writer = tx.writer("qrels", source=stage, prefix="qrels")
+                for batch in imported.qrels:
+                    writer.write(batch)
+                    counts["qrels"] += batch.num_rows
+                writer.close()
+            report = {"format": fmt, "path": str(source_path), "dataset": dataset, "split": split, **counts}
+            figures = [(split, key, value, None) for key, value in counts.items()]
+            tx.write("metrics", _metric_rows(dataset, stage, figures, {"format": fmt, "path": str(source_path)}),
+                     source=stage)
+            tx.report = report
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("%s: %s", stage, report)
+    return {**report, "noop": False}

@@ -1,0 +1,448 @@
+"""Standard QA datasets in their published formats, as `questions` / `passages` / `qrels` rows.
+
+Formats (what the papers' data ships as):
+- `dpr-json`: DPR retriever training files (biencoder-nq-train.json ...): one JSON array of
+  {"question", "answers", "positive_ctxs", "negative_ctxs", "hard_negative_ctxs"}, each context
+  {"title", "text", "passage_id", "score", ...}. Streamed element by element (the NQ file is
+  ~8 GB). Positive and hard-negative context ids become `positive_ids` / `hard_negative_ids`,
+  and every context becomes a passages row (DPR's psgs_w100 ids, so they coincide with an
+  imported DPR Wikipedia). A context without an id gets "dpr:" + a hash of title and text.
+- `dpr-qas`: DPR's evaluation files (nq-test.qa.csv, trivia-test.qa.csv, curatedtrec-test.qa.csv
+  ...): tab-separated `question<TAB>["answer", ...]`, answers a JSON or Python list literal.
+- `nq-open`: JSON Lines {"question", "answer": [...]} (Lee et al. 2019; also PAQ's copies).
+- `entityquestions`: EntityQuestions' `P19.dev.json` files, [{"question", "answers"}]; the
+  relation is taken from the file name; a directory imports every P*.json in it.
+- `squad`: SQuAD v1.1 JSON; every paragraph becomes a passage ("<dataset>:<article>-<para>")
+  and is the positive of its questions; answers are the distinct answers[].text.
+- `beir`: a BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv (header line,
+  then query-id, corpus-id, score). Questions are the queries judged in that split (answers
+  empty; BEIR judges passages, not answer strings), qrels rows keep the graded relevance, and
+  passages with relevance > 0 are the positives. Corpus ids are prefixed "<dataset>:" because
+  BEIR ids ("0", "4983") would collide with other corpora in the shared passages table.
+
+question_id is stable: a hash of dataset, split and the record's own id, or its ordinal in the
+file when the format has no ids. Every bad record raises an error naming the file and the line
+(or, for JSON arrays, the element).
+
+Results are re-iterable streams of Arrow record batches, so big files never sit in memory and
+the questions and passages of one file can be consumed one after the other.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.questions.duck import duckdb_session, sql_string
+from pipelines.questions.jsonstream import JsonFormatError, iter_json_array, iter_json_lines, open_text
+from pipelines.questions.rows import (
+    PASSAGE_SCHEMA,
+    QREL_SCHEMA,
+    QUESTION_SCHEMA,
+    question_row,
+    stable_id,
+    unique_in_order,
+)
+
+FORMATS = ("dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir")
+BATCH_ROWS = 10_000
+_EQ_FILE = re.compile(r"^(P\d+)\.[^.]+\.json$")
+
+
+class ImportFormatError(ValueError):
+    """A dataset file that does not match its format, naming file and line/element."""
+
+
+class Batches:
+    """A re-iterable stream of record batches: each iteration re-reads the source."""
+
+    def __init__(self, produce: Callable[[], Iterator[dict[str, Any]]], schema: pa.Schema) -> None:
+        self._produce = produce
+        self.schema = schema
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        rows: list[dict[str, Any]] = []
+        try:
+            for row in self._produce():
+                rows.append(row)
+                if len(rows) >= BATCH_ROWS:
+                    yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+                    rows = []
+        except JsonFormatError as exc:
+            raise ImportFormatError(str(exc)) from None
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self), schema=self.schema)
+
+
+@dataclass
+class ImportedDataset:
+    """What one import produces; passages / qrels are None for formats that carry none."""
+
+    questions: Batches
+    passages: Batches | None = None
+    qrels: Batches | None = None
+
+
+def _answers(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise ImportFormatError(f"{where}: answers must be a list of strings, got {value!r:.100}")
+    return unique_in_order(value)
+
+
+def _question(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ImportFormatError(f"{where}: question must be a non-empty string, got {value!r:.100}")
+    return value
+
+
+# --- dpr-json -------------------------------------------------------------------------------
+
+def _context_id(ctx: Mapping[str, Any]) -> str:
+    for key in ("passage_id", "psg_id", "id"):
+        value = ctx.get(key)
+        if value is not None and str(value) != "":
+            return str(value)
+    return "dpr:" + stable_id(str(ctx.get("title", "")), str(ctx.get("text", "")))
+
+
+def _contexts(record: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    value = record.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in value):
+        raise ImportFormatError(f"{where}: {key} must be a list of {{'title', 'text', 'passage_id'}} objects")
+    return value
+
+
+def import_dpr_json(path: Path, dataset: str, split: str) -> ImportedDataset:
+    path = Path(path)
+
+    def records() -> Iterator[tuple[str, int, dict[str, Any]]]:
+        for index, record in enumerate(iter_json_array(path)):
+            where = f"{path}: element {index}"
+            if not isinstance(record, dict):
+                raise ImportFormatError(f"{where}: expected a JSON object")
+            yield where, index, record
+
+    def questions() -> Iterator[dict[str, Any]]:
+        for where, index, record in records():
+            native = record.get("question_id", record.get("id"))
+            yield question_row(
+                question_id=stable_id(dataset, split, str(native if native is not None else index)),
+                dataset=dataset,
+                split=split,
+                question=_question(record.get("question"), where),
+                answers=_answers(record.get("answers"), where),
+                positive_ids=unique_in_order(_context_id(c) for c in _contexts(record, "positive_ctxs", where)),
+                hard_negative_ids=unique_in_order(
+                    _context_id(c) for c in _contexts(record, "hard_negative_ctxs", where)
+                ),
+            )
+
+    def passages() -> Iterator[dict[str, Any]]:
+        for where, _, record in records():
+            for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
+                for ctx in _contexts(record, key, where):
+                    yield _passage(_context_id(ctx), str(ctx.get("title") or ""), ctx["text"], f"dpr-json:{path.name}")
+
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA))
+
+
+def _passage(passage_id: str, title: str, text: str, source: str) -> dict[str, Any]:
+    return {
+        "passage_id": passage_id,
+        "article_id": None,
+        "title": title,
+        "text": text,
+        "position": None,
+        "source": source,
+    }
+
+
+# --- dpr-qas --------------------------------------------------------------------------------
+
+def _literal_list(text: str, where: str) -> list[str]:
+    """DPR writes answer lists as JSON or Python literals (['a', "b's"]); both are accepted."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise ImportFormatError(f"{where}: answers column is not a list literal: {text!r:.100}") from None
+    return _answers(value, where)
+
+
+def import_dpr_qas(path: Path, dataset: str, split: str) -> ImportedDataset:
+    path = Path(path)
+
+    def questions() -> Iterator[dict[str, Any]]:
+        with open_text(path) as handle:
+            reader = csv.reader(handle, delimiter="\t")
+            for row in reader:
+                where = f"{path}:{reader.line_num}"
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue
+                if len(row) < 2:
+                    raise ImportFormatError(f"{where}: expected question<TAB>[answers], found {len(row)} column(s)")
+                native = row[2] if len(row) > 2 and row[2] else str(reader.line_num)
+                yield question_row(
+                    question_id=stable_id(dataset, split, native),
+                    dataset=dataset,
+                    split=split,
+                    question=_question(row[0], where),
+                    answers=_literal_list(row[1], where),
+                )
+
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
+
+
+# --- nq-open --------------------------------------------------------------------------------
+
+def import_nq_open(path: Path, dataset: str, split: str) -> ImportedDataset:
+    path = Path(path)
+
+    def questions() -> Iterator[dict[str, Any]]:
+        for line_no, record in iter_json_lines(path):
+            where = f"{path}:{line_no}"
+            if not isinstance(record, dict):
+                raise ImportFormatError(f"{where}: expected a JSON object")
+            answer = record.get("answer", record.get("answers"))
+            native = record.get("id", record.get("question_id"))
+            yield question_row(
+                question_id=stable_id(dataset, split, str(native if native is not None else line_no)),
+                dataset=dataset,
+                split=split,
+                question=_question(record.get("question"), where),
+                answers=_answers([answer] if isinstance(answer, str) else answer, where),
+            )
+
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
+
+
+# --- entityquestions ------------------------------------------------------------------------
+
+def import_entityquestions(path: Path, dataset: str, split: str) -> ImportedDataset:
+    path = Path(path)
+    files = sorted(p for p in path.glob("P*.json") if _EQ_FILE.match(p.name)) if path.is_dir() else [path]
+    if not files:
+        raise ImportFormatError(f"{path}: no EntityQuestions files named like P19.dev.json")
+    for file in files:
+        if not _EQ_FILE.match(file.name):
+            raise ImportFormatError(f"{file}: EntityQuestions file names look like P19.dev.json (relation first)")
+
+    def questions() -> Iterator[dict[str, Any]]:
+        for file in files:
+            relation = _EQ_FILE.match(file.name).group(1)
+            for index, record in enumerate(iter_json_array(file)):
+                where = f"{file}: element {index}"
+                if not isinstance(record, dict):
+                    raise ImportFormatError(f"{where}: expected a JSON object")
+                yield question_row(
+                    question_id=stable_id(dataset, split, relation, str(index)),
+                    dataset=dataset,
+                    split=split,
+                    question=_question(record.get("question"), where),
+                    answers=_answers(record.get("answers"), where),
+                    relation=relation,
+                )
+
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
+
+
+# --- squad ----------------------------------------------------------------------------------
+
+def _squad_paragraphs(path: Path, dataset: str) -> Iterator[tuple[str, str, str, dict[str, Any], str]]:
+    """(passage_id, title, context, paragraph, where) for every paragraph of a SQuAD file."""
+    try:
+        with open_text(path) as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    articles = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(articles, list):
+        raise ImportFormatError(f"{path}: expected SQuAD JSON with a top-level 'data' list")
+    for a, article in enumerate(articles):
+        title = article.get("title", "") if isinstance(article, dict) else None
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            raise ImportFormatError(f"{path}: data[{a}] needs a 'paragraphs' list")
+        for p, paragraph in enumerate(paragraphs):
+            where = f"{path}: data[{a}].paragraphs[{p}]"
+            if not isinstance(paragraph, dict) or not isinstance(paragraph.get("context"), str):
+                raise ImportFormatError(f"{where}: needs a 'context' string")
+            yield f"{dataset}:{a}-{p}", str(title).replace("_", " "), paragraph["context"], paragraph, where
+
+
+def import_squad(path: Path, dataset: str, split: str) -> ImportedDataset:
+    path = Path(path)
+
+    def questions() -> Iterator[dict[str, Any]]:
+        for passage_id, _, _, paragraph, where in _squad_paragraphs(path, dataset):
+            for q, qa in enumerate(paragraph.get("qas", [])):
+                here = f"{where}.qas[{q}]"
+                spans = qa.get("answers") if isinstance(qa, dict) else None
+                if not isinstance(spans, list) or not all(isinstance(s, dict) and isinstance(s.get("text"), str) for s in spans):
+                    raise ImportFormatError(f"{here}: answers must be a list of {{'text', 'answer_start'}}")
+                yield question_row(
+                    question_id=stable_id(dataset, split, str(qa.get("id", f"{passage_id}/{q}"))),
+                    dataset=dataset,
+                    split=split,
+                    question=_question(qa.get("question"), here),
+                    answers=unique_in_order(s["text"] for s in spans),
+                    positive_ids=[passage_id],
+                )
+
+    def passages() -> Iterator[dict[str, Any]]:
+        for passage_id, title, context, _, _ in _squad_paragraphs(path, dataset):
+            yield _passage(passage_id, title, context, f"squad:{path.name}")
+
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA))
+
+
+# --- beir -----------------------------------------------------------------------------------
+
+def _beir_qrels(path: Path) -> Iterator[tuple[str, str, int, str]]:
+    with open_text(path) as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:2]] != ["query-id", "corpus-id"]:
+            raise ImportFormatError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            if not row:
+                continue
+            try:
+                yield row[0], row[1], int(row[2]), where
+            except (IndexError, ValueError):
+                raise ImportFormatError(f"{where}: expected query-id<TAB>corpus-id<TAB>integer score, got {row!r:.100}") from None
+
+
+def import_beir(path: Path, dataset: str, split: str) -> ImportedDataset:
+    folder = Path(path)
+    qrels_file = folder / "qrels" / f"{split}.tsv"
+    for needed in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_file):
+        if not needed.exists():
+            raise ImportFormatError(f"{folder}: BEIR dataset has no {needed.relative_to(folder)}")
+
+    def judged() -> dict[str, list[tuple[str, int]]]:
+        by_query: dict[str, list[tuple[str, int]]] = {}
+        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file):
+            by_query.setdefault(query_id, []).append((corpus_id, score))
+        return by_query
+
+    def questions() -> Iterator[dict[str, Any]]:
+        by_query = judged()
+        for line_no, record in iter_json_lines(folder / "queries.jsonl"):
+            where = f"{folder / 'queries.jsonl'}:{line_no}"
+            if not isinstance(record, dict) or not isinstance(record.get("_id"), (str, int)):
+                raise ImportFormatError(f"{where}: expected an object with '_id' and 'text'")
+            query_id = str(record["_id"])
+            if query_id not in by_query:
+                continue
+            yield question_row(
+                question_id=stable_id(dataset, split, query_id),
+                dataset=dataset,
+                split=split,
+                question=_question(record.get("text"), where),
+                answers=[],
+                positive_ids=[f"{dataset}:{doc}" for doc, score in by_query[query_id] if score > 0],
+            )
+
+    def qrels() -> Iterator[dict[str, Any]]:
+        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file):
+            yield {
+                "dataset": dataset,
+                "split": split,
+                "question_id": stable_id(dataset, split, query_id),
+                "passage_id": f"{dataset}:{corpus_id}",
+                "relevance": score,
+            }
+
+    def passages() -> Iterator[dict[str, Any]]:
+        corpus = folder / "corpus.jsonl"
+        for line_no, record in iter_json_lines(corpus):
+            where = f"{corpus}:{line_no}"
+            if not isinstance(record, dict) or not isinstance(record.get("_id"), (str, int)) or not isinstance(
+                record.get("text"), str
+            ):
+                raise ImportFormatError(f"{where}: expected an object with '_id', 'title' and 'text'")
+            yield _passage(f"{dataset}:{record['_id']}", str(record.get("title") or ""), record["text"], f"beir:{folder.name}")
+
+    return ImportedDataset(
+        Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA), Batches(qrels, QREL_SCHEMA)
+    )
+
+
+IMPORTERS: dict[str, Callable[[Path, str, str], ImportedDataset]] = {
+    "dpr-json": import_dpr_json,
+    "dpr-qas": import_dpr_qas,
+    "nq-open": import_nq_open,
+    "entityquestions": import_entityquestions,
+    "squad": import_squad,
+    "beir": import_beir,
+}
+
+
+def import_questions(fmt: str, path: Path, dataset: str, split: str) -> ImportedDataset:
+    """Dispatch on the format name (one of FORMATS)."""
+    try:
+        importer = IMPORTERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return importer(Path(path), dataset, split)
+
+
+def dedupe_passages(
+    batches: Iterable[pa.RecordBatch],
+    tmp_dir: Path,
+    memory_limit: str = "1GB",
+    exclude: Sequence[Path] = (),
+) -> Iterator[pa.RecordBatch]:
+    """Passages with each passage_id once (the first text seen), through DuckDB on disk.
+
+    DPR training files repeat the same context under many questions (millions of contexts in
+    nq-train), so the distinct set is computed out of core: batches go to a Parquet file in
+    `tmp_dir` and DuckDB, with a memory limit and a spill directory there, keeps the first row
+    of every id. Ids found in the `exclude` Parquet files (which have a passage_id column; e.g.
+    an already imported psgs_w100) are dropped, so a corpus never holds a passage twice. Rows
+    come back ordered by passage_id.
+    """
+    tmp_dir = Path(tmp_dir)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    spill = tmp_dir / "passages_to_dedupe.parquet"
+    with pq.ParquetWriter(spill, PASSAGE_SCHEMA) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    con = duckdb_session(tmp_dir, memory_limit)
+    try:
+        known = ""
+        if exclude:
+            files = ", ".join(sql_string(p) for p in exclude)
+            known = f"WHERE passage_id NOT IN (SELECT passage_id FROM read_parquet([{files}]))"
+        reader = con.sql(
+            f"""
+            SELECT * EXCLUDE (file_row_number)
+            FROM read_parquet({sql_string(spill)}, file_row_number = true)
+            {known}
+            QUALIFY row_number() OVER (PARTITION BY passage_id ORDER BY file_row_number) = 1
+            ORDER BY passage_id
+            """
+        ).fetch_arrow_reader(BATCH_ROWS)
+        for batch in reader:
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=PASSAGE_SCHEMA)
+    finally:
+        con.close()
+        spill.unlink(missing_ok=True)

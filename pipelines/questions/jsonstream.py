@@ -1,0 +1,128 @@
+"""Streaming readers for the JSON shapes question datasets ship in.
+
+T-REx files and DPR's retriever training files are single JSON *arrays* that run to gigabytes
+(DPR's nq-train.json is ~8 GB), so `json.load` is out of the question. Instead of depending on
+an incremental parser package (ijson is not part of the environment), the array is read in
+chunks and each element is decoded with the standard library's `JSONDecoder.raw_decode`, which
+parses one value from a position in a string and reports where it ended. Memory stays at one
+element plus one chunk; an element that straddles a chunk boundary is retried once more text is
+buffered. Errors name the file, the element's ordinal and its character offset.
+
+JSON Lines files get a reader that skips blank lines and names the line of a bad record.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+_CHUNK = 1 << 20  # characters read per step; an element larger than this just takes more steps
+_MAX_ELEMENT = 1 << 30  # an "element" this large is a broken file (e.g. a missing bracket)
+_WHITESPACE = " \t\n\r"
+_NUMBER_CHARS = "0123456789.eE+-"
+
+
+class JsonFormatError(ValueError):
+    """A JSON / JSON Lines input that does not have the expected shape, with its position."""
+
+
+def open_text(path: Path) -> TextIO:
+    """Open a (possibly .gz/.bz2 compressed) UTF-8 text file; real dumps ship compressed."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    if path.suffix == ".bz2":
+        return io.TextIOWrapper(bz2.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded value) for every non-blank line; a bad line names file and line."""
+    with open_text(path) as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JsonFormatError(f"{path}:{line_no}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def iter_json_array(path: Path) -> Iterator[Any]:
+    """Each element of a top-level JSON array, decoded one at a time with bounded memory."""
+    decoder = json.JSONDecoder()
+    with open_text(path) as handle:
+        buf = ""
+        pos = 0  # index in buf of the next unread character
+        consumed = 0  # characters dropped from the front of buf so far (for error offsets)
+        eof = False
+
+        def fill() -> bool:
+            nonlocal buf, pos, consumed, eof
+            if eof:
+                return False
+            chunk = handle.read(max(_CHUNK, len(buf) - pos))  # doubling: big elements parse in linear time
+            if not chunk:
+                eof = True
+                return False
+            buf = buf[pos:] + chunk
+            consumed += pos
+            pos = 0
+            return True
+
+        def next_significant() -> str:
+            """Skip whitespace; return the next character ("" at end of input)."""
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in _WHITESPACE:
+                    pos += 1
+                if pos < len(buf):
+                    return buf[pos]
+                if not fill():
+                    return ""
+
+        if next_significant() != "[":
+            raise JsonFormatError(f"{path}: offset {consumed + pos}: expected a JSON array ('[')")
+        pos += 1
+        index = 0
+        if next_significant() == "]":
+            return
+        while True:
+            start = consumed + pos
+            while True:
+                try:
+                    value, end = decoder.raw_decode(buf, pos)
+                except json.JSONDecodeError as exc:
+                    if len(buf) - pos > _MAX_ELEMENT or not fill():
+                        raise JsonFormatError(
+                            f"{path}: element {index} at offset {start}: not valid JSON ({exc.msg})"
+                        ) from None
+                    continue
+                # A number cut at the chunk end ("1" of "1.5e10") decodes "successfully" but short:
+                # read on while the number's characters run up to the end of the buffer.
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    tail = end
+                    while tail < len(buf) and buf[tail] in _NUMBER_CHARS:
+                        tail += 1
+                    if tail == len(buf) and fill():
+                        continue
+                break
+            pos = end
+            yield value
+            index += 1
+            sep = next_significant()
+            if sep == ",":
+                pos += 1
+                next_significant()
+                continue
+            if sep == "]":
+                return
+            raise JsonFormatError(
+                f"{path}: offset {consumed + pos}: expected ',' or ']' after element {index - 1}, "
+                f"found {sep!r}" if sep else f"{path}: unexpected end of file inside the JSON array"
+            )
