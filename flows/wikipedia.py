@@ -23,6 +23,7 @@ from storage.fingerprint import file_sha256, fingerprint
 STAGE = "ingest-wikipedia"
 SOURCE = "wikipedia"
 TABLES = ("articles", "passages", "category_links")
+MAX_PROBLEMS_REPORTED = 20
 
 
 def dump_fingerprint(dump: Path, options: IngestOptions) -> str:
@@ -35,27 +36,30 @@ def ingest_dump(ws: Workspace, dump: Path, options: IngestOptions, stage_fingerp
     """Stream the dump chunk by chunk into one resumable transaction; return the stage report."""
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
-    resumed = 0
     with ws.transaction(STAGE, fingerprint=stage_fingerprint, resumable=True) as tx:
         for table in TABLES:
             tx.replace_source(table, SOURCE)
+        problems: list[str] = []
+        resumed = 0  # chunks an interrupted earlier attempt already staged: taken over, not redone
+        while (meta := tx.group_done(_chunk_key(resumed))) is not None:
+            counts.update(meta["counts"])
+            skipped.update(meta["skipped"])
+            resumed += 1
         progress = tqdm(desc=f"ingest {dump.name}", unit=" pages", disable=None)
-        for chunk in iter_chunks(dump, options):
-            key = f"chunk-{chunk.index:06d}"
-            if tx.group_done(key):
-                resumed += 1
-            else:
-                tx.write_group(
-                    key,
-                    {
-                        "articles": _with_source(chunk.articles),
-                        "passages": _with_source(chunk.passages),
-                        "category_links": _with_source(chunk.category_links),
-                    },
-                    source=SOURCE,
-                )
+        for chunk in iter_chunks(dump, options, start_chunk=resumed):
+            tx.write_group(
+                _chunk_key(chunk.index),
+                {
+                    "articles": _with_source(chunk.articles),
+                    "passages": _with_source(chunk.passages),
+                    "category_links": _with_source(chunk.category_links),
+                },
+                source=SOURCE,
+                meta={"counts": chunk.counts, "skipped": chunk.skipped},
+            )
             counts.update(chunk.counts)
             skipped.update(chunk.skipped)
+            problems.extend(chunk.problems)
             progress.update(chunk.pages)
         progress.close()
         report = {
@@ -64,10 +68,18 @@ def ingest_dump(ws: Workspace, dump: Path, options: IngestOptions, stage_fingerp
             **{f"pages_{k}": v for k, v in sorted(counts.items())},
             **{f"skipped_{k}": v for k, v in sorted(skipped.items())},
         }
+        if problems:  # defects of the input, one line per page, so a user can find them
+            report["problems"] = problems[:MAX_PROBLEMS_REPORTED] + (
+                [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"] if len(problems) > MAX_PROBLEMS_REPORTED else []
+            )
         tx.report = report
     snapshot = ws.snapshot()
     report.update({f"rows_{t}": snapshot.rows(t) for t in TABLES})
     return report
+
+
+def _chunk_key(index: int) -> str:
+    return f"chunk-{index:06d}"
 
 
 def _with_source(rows: Any) -> Any:

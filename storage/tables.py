@@ -174,7 +174,7 @@ class Transaction:
         write_parquet_atomic(arrow, self._part_path(table, part))
         self._staged.setdefault(table, {})[part] = (source, arrow.num_rows)
 
-    def write_group(self, key: str, parts: dict[str, Rows], source: str) -> None:
+    def write_group(self, key: str, parts: dict[str, Rows], source: str, meta: dict[str, Any] | None = None) -> None:
         """Stage one part per table under `key`, then mark the group finished.
 
         Chunked stages (ingest, encoding) call this per chunk; after a crash, `group_done(key)`
@@ -188,18 +188,18 @@ class Transaction:
         marker = self.staging / "_done" / f"{_slug(key)}.json"
         marker.parent.mkdir(parents=True, exist_ok=True)
         tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"source": source, "rows": staged}), encoding="utf-8")
+        tmp.write_text(json.dumps({"source": source, "rows": staged, "meta": meta or {}}), encoding="utf-8")
         os.replace(tmp, marker)
 
-    def group_done(self, key: str) -> bool:
-        """True (and the group's parts adopted) when an earlier attempt finished group `key`."""
+    def group_done(self, key: str) -> dict[str, Any] | None:
+        """The group's `meta` (and its parts adopted) when an earlier attempt finished `key`."""
         marker = self.staging / "_done" / f"{_slug(key)}.json"
         if not marker.exists():
-            return False
+            return None
         info = json.loads(marker.read_text(encoding="utf-8"))
         for table in info["rows"]:
             self.adopt_part(table, key, info["source"])
-        return True
+        return info.get("meta", {})
 
     def writer(self, table: str, source: str, prefix: str = "part", rows_per_part: int = ROWS_PER_PART) -> PartWriter:
         return PartWriter(self, table, source, prefix, rows_per_part)

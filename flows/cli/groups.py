@@ -46,6 +46,10 @@ class OdqaGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, workspace: str | None, debug: bool) -> None:
     """odqa: open-domain QA retrievers from public sources, as Prefect flows over a DuckDB workspace."""
+    # A flow run without a configured server starts a temporary one; on a busy 2-core machine
+    # that can take longer than Prefect's 20 s default, which would fail every verb.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["debug"] = debug

@@ -1,0 +1,166 @@
+"""`odqa train`: train a dense retriever (bi-encoder variants, TASER, DESIRE-ME) on workspace data."""
+
+from __future__ import annotations
+
+import click
+
+from flows.cli.groups import main, workspace_arg
+from flows.cli.report import echo_report
+
+ARCH_CHOICES = [
+    "dpr",
+    "ade",
+    "sde",
+    "ade-ste",
+    "ade-fte",
+    "ade-spl",
+    "taser",
+    "taser-shared",
+    "desire-me",
+    "rnd-g",
+]
+
+
+@main.command("train")
+@click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="Retriever architecture.")
+@click.option(
+    "--base",
+    required=True,
+    metavar="M",
+    help="HF checkpoint name or folder; for desire-me/rnd-g also a registered model id.",
+)
+@click.option(
+    "--train",
+    "train_sets",
+    required=True,
+    multiple=True,
+    metavar="NAME:SPLIT[:WEIGHT]",
+    help="Training questions (repeatable; WEIGHT scales how often the set is drawn per epoch).",
+)
+@click.option("--dev", default=None, metavar="NAME:SPLIT", help="Dev questions for R@K model selection.")
+@click.option("--model-id", required=True, help="Name of the model folder and `models` row.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Optimizer steps.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Epochs (instead of --max-steps).")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Questions per device."
+)
+@click.option("--lr", type=float, default=2e-5, show_default=True, help="Peak learning rate (AdamW).")
+@click.option(
+    "--hard-negatives",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Hard negatives per question.",
+)
+@click.option(
+    "--routing",
+    type=click.Choice(["det", "seq", "tok"]),
+    default="det",
+    show_default=True,
+    help="TASER routing.",
+)
+@click.option(
+    "--experts",
+    "num_experts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="TASER experts per specialized block (default 2).",
+)
+@click.option(
+    "--pooling",
+    type=click.Choice(["cls", "mean"]),
+    default=None,
+    help="Override the checkpoint's pooling (default: its sentence-transformers setting, else cls).",
+)
+@click.option(
+    "--objective",
+    type=click.Choice(["contrastive", "stopgrad", "flipped"]),
+    default="contrastive",
+    show_default=True,
+    help="Training loss (thesis 5.1 variants).",
+)
+@click.option(
+    "--freeze",
+    type=click.Choice(["question", "passage"]),
+    default=None,
+    help="Freeze one tower of a two-tower model (thesis fixQ / fixP).",
+)
+@click.option(
+    "--temperature", type=float, default=None, help="Softmax temperature (default 1 dot, 0.05 cosine)."
+)
+@click.option(
+    "--accumulation",
+    "accumulation_steps",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Gradient accumulation micro-batches per step.",
+)
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="Warmup steps (default 10%).")
+@click.option(
+    "--eval-every", type=click.IntRange(min=1), default=None, help="Dev evaluation interval in steps."
+)
+@click.option(
+    "--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs (>1 runs torchrun DDP)."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--resume", is_flag=True, help="Continue an interrupted run of this model id from its checkpoint."
+)
+@click.pass_context
+def train(
+    ctx: click.Context,
+    arch: str,
+    base: str,
+    train_sets: tuple[str, ...],
+    dev: str | None,
+    model_id: str,
+    max_steps: int | None,
+    epochs: int | None,
+    batch_size: int,
+    lr: float,
+    hard_negatives: int,
+    routing: str,
+    num_experts: int | None,
+    pooling: str | None,
+    objective: str,
+    freeze: str | None,
+    temperature: float | None,
+    accumulation_steps: int,
+    warmup_steps: int | None,
+    eval_every: int | None,
+    gpus: int,
+    seed: int,
+    resume: bool,
+) -> None:
+    """Train a retriever and record it in the `models` table."""
+    if (max_steps is None) == (epochs is None):
+        raise click.UsageError("give exactly one of --max-steps or --epochs")
+    from flows.training import train_flow
+
+    report = train_flow(
+        arch=arch,
+        base=base,
+        train=list(train_sets),
+        model_id=model_id,
+        dev=dev,
+        max_steps=max_steps,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        hard_negatives=hard_negatives,
+        routing=routing,
+        pooling=pooling,
+        seed=seed,
+        resume=resume,
+        workspace=workspace_arg(ctx),
+        gpus=gpus,
+        accumulation_steps=accumulation_steps,
+        eval_every=eval_every,
+        objective=objective,
+        temperature=temperature,
+        freeze=freeze,
+        num_experts=num_experts,
+        warmup_steps=warmup_steps,
+    )
+    echo_report(f"train {model_id}", report)

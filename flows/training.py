@@ -1,0 +1,305 @@
+"""`odqa train`: train a retriever on workspace questions/passages and register it in `models`.
+
+Tasks:
+1. `load-training-examples`: questions of NAME:SPLIT joined with the passages they reference
+   (positives, hard negatives) into a Parquet examples file; questions without a known
+   positive are skipped and counted.
+2. `train-retriever` (tagged `gpu`, so a Prefect concurrency limit on that tag holds training
+   to one run per GPU): runs the training job in-process, or under torchrun with `gpus > 1`.
+3. `register-model`: copies the best (or last) model into `<workspace>/models/<model_id>` and
+   writes its row in the `models` table (arch, parameters, path, base, trained_on, config with
+   dev metrics) in one atomic commit.
+
+The stage is keyed on the model id, parameters and the questions/passages table versions: the
+same command on unchanged data is a no-op. Checkpoints live in `models/.training/<model_id>`
+until the model is registered, so `--resume` continues an interrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from prefect import flow, task
+
+from flows.runtime import stage_logger
+from models.base import replace_directory
+from models.config import ARCHS, DESIRE_ME_ARCHS
+from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
+from models.job import TrainingJob, TrainSet, run_job
+from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
+from storage import Workspace
+from storage.fingerprint import file_sha256, fingerprint
+
+STAGE_PREFIX = "train"
+TRAINING_DIR = ".training"
+
+
+def parse_dataset_spec(spec: str, with_weight: bool = True) -> tuple[str, str, float]:
+    """NAME:SPLIT[:WEIGHT] -> (name, split, weight)."""
+    parts = spec.split(":")
+    if len(parts) not in ((2, 3) if with_weight else (2,)) or not all(parts[:2]):
+        expected = "NAME:SPLIT[:WEIGHT]" if with_weight else "NAME:SPLIT"
+        raise ValueError(f"dataset spec {spec!r}: expected {expected}")
+    weight = 1.0
+    if len(parts) == 3:
+        try:
+            weight = float(parts[2])
+        except ValueError:
+            raise ValueError(f"dataset spec {spec!r}: weight {parts[2]!r} is not a number") from None
+        if weight <= 0:
+            raise ValueError(f"dataset spec {spec!r}: weight must be > 0")
+    return parts[0], parts[1], weight
+
+
+def resolve_base(ws: Workspace, base: str) -> str:
+    """A model id registered in this workspace, else the HF name / local path as given."""
+    registered = ws.models_dir / base
+    if (registered / "config.json").is_file():
+        return str(registered)
+    return base
+
+
+def base_identity(base: str) -> Any:
+    """What identifies the starting weights: file hashes for a local folder, else the name."""
+    folder = Path(base)
+    if not folder.is_dir():
+        return base
+    files = [f for f in ("config.json", "model.safetensors") if (folder / f).is_file()]
+    return {f: file_sha256(folder / f) for f in files}
+
+
+@task(name="load-training-examples")
+def load_examples_task(workspace: str, dataset: str, split: str, output: str) -> dict[str, Any]:
+    ws = Workspace.resolve(workspace)
+    selector = (pc.field("dataset") == dataset) & (pc.field("split") == split)
+    questions = ws.read_table("questions", filter=selector)
+    if questions.num_rows == 0:
+        raise ValueError(
+            f"no questions for {dataset}:{split} in {ws.root}; import them first (odqa import questions ...)"
+        )
+    ids = sorted(referenced_passage_ids(questions))
+    passages = ws.read_table(
+        "passages", columns=["passage_id", "title", "text"], filter=pc.field("passage_id").isin(ids)
+    )
+    examples, skipped = examples_from_tables(questions, passages)
+    if not examples:
+        raise ValueError(
+            f"{dataset}:{split}: none of its {questions.num_rows} questions has a positive passage present "
+            f"in the passages table ({dict(skipped)})"
+        )
+    write_examples(examples, Path(output))
+    domains = sorted({d for e in examples for d in e.domains})
+    return {"examples": len(examples), "skipped": dict(skipped), "domains": domains}
+
+
+@task(name="train-retriever", tags=["gpu"])
+def train_task(job_file: str, gpus: int) -> dict[str, Any]:
+    job = TrainingJob.read(Path(job_file))
+    if gpus > 1:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={gpus}",
+            "-m",
+            "models.job",
+            job_file,
+        ]
+        subprocess.run(command, check=True)
+    else:
+        run_job(job)
+    return json.loads(Path(job.result_path).read_text(encoding="utf-8"))
+
+
+@task(name="register-model")
+def register_task(
+    workspace: str, model_id: str, stage_fingerprint: str, result: dict[str, Any], row: dict[str, Any]
+) -> dict[str, Any]:
+    ws = Workspace.resolve(workspace)
+    source = Path(result["model_dir"])
+    target = ws.models_dir / model_id
+    staging = ws.models_dir / f".{model_id}.tmp-{uuid.uuid4().hex}"
+    training_files = {OPTIMIZER_FILE, RNG_FILE, STATE_FILE}
+    shutil.copytree(source, staging, ignore=lambda _, names: [n for n in names if n in training_files])
+    try:
+        replace_directory(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    record = {**row, "path": str(target), "created_at": datetime.now(timezone.utc)}
+    with ws.transaction(f"{STAGE_PREFIX}-{model_id}", fingerprint=stage_fingerprint) as tx:
+        tx.replace_source("models", model_id)
+        tx.write("models", [record], source=model_id)
+        tx.report = {k: v for k, v in record.items() if k not in ("config", "created_at")}
+    return {k: v for k, v in record.items() if k != "config"}
+
+
+@flow(name="train")
+def train_flow(
+    arch: str,
+    base: str,
+    train: list[str],
+    model_id: str,
+    dev: str | None = None,
+    max_steps: int | None = None,
+    epochs: int | None = None,
+    batch_size: int = 16,
+    lr: float = 2e-5,
+    hard_negatives: int = 1,
+    routing: str = "det",
+    pooling: str | None = None,
+    seed: int = 0,
+    resume: bool = False,
+    workspace: str | None = None,
+    gpus: int = 1,
+    accumulation_steps: int = 1,
+    eval_every: int | None = None,
+    objective: str = "contrastive",
+    temperature: float | None = None,
+    freeze: str | None = None,
+    num_experts: int | None = None,
+    warmup_steps: int | None = None,
+) -> dict[str, Any]:
+    """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID."""
+    log = stage_logger()
+    ws = Workspace.resolve(workspace)
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
+    if not train:
+        raise ValueError("give at least one --train NAME:SPLIT[:WEIGHT]")
+    if (max_steps is None) == (epochs is None):
+        raise ValueError("give exactly one of --max-steps or --epochs")
+    if "/" in model_id or model_id.startswith("."):
+        raise ValueError(f"model id {model_id!r} must be a plain name (no '/', not starting with '.')")
+    specs = [parse_dataset_spec(s) for s in train]
+    dev_spec = parse_dataset_spec(dev, with_weight=False) if dev else None
+    base_path = resolve_base(ws, base)
+    params = {
+        "arch": arch,
+        "base": base,
+        "train": train,
+        "dev": dev,
+        "max_steps": max_steps,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "hard_negatives": hard_negatives,
+        "routing": routing,
+        "pooling": pooling,
+        "seed": seed,
+        "gpus": gpus,
+        "accumulation_steps": accumulation_steps,
+        "eval_every": eval_every,
+        "objective": objective,
+        "temperature": temperature,
+        "freeze": freeze,
+        "num_experts": num_experts,
+        "warmup_steps": warmup_steps,
+    }
+    stage = f"{STAGE_PREFIX}-{model_id}"
+    stage_fp = fingerprint(
+        stage, params, base_identity(base_path), ws.table_version("questions"), ws.table_version("passages")
+    )
+    if ws.stage_is_current(stage, stage_fp) and (ws.models_dir / model_id / "config.json").is_file():
+        log.info("%s: same data and parameters as the registered model, nothing to do (no-op)", model_id)
+        record = ws.stage_record(stage)
+        return {**(record.report if record else {}), "noop": True}
+
+    work = ws.models_dir / TRAINING_DIR / model_id
+    if not resume and work.exists():
+        shutil.rmtree(work)
+    data_dir = work / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    train_sets, loaded = [], {}
+    for name, split, weight in specs:
+        path = data_dir / f"train-{name}-{split}.parquet"
+        loaded[f"{name}:{split}"] = load_examples_task(str(ws.root), name, split, str(path))
+        train_sets.append(TrainSet(name=f"{name}:{split}", path=str(path), weight=weight))
+    dev_path = None
+    if dev_spec:
+        dev_path = str(data_dir / f"dev-{dev_spec[0]}-{dev_spec[1]}.parquet")
+        loaded[dev] = load_examples_task(str(ws.root), dev_spec[0], dev_spec[1], dev_path)
+
+    model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze}
+    if arch in ("taser", "taser-shared"):
+        model_options.update(routing=routing, num_experts=num_experts)
+    if arch in DESIRE_ME_ARCHS:
+        domains = sorted({d for s in train_sets for e in read_examples(Path(s.path)) for d in e.domains})
+        if not domains:
+            raise ValueError(
+                f"{arch} needs domain labels on the training questions; run `odqa label domains` first"
+            )
+        model_options = {"pooling": pooling, "domains": domains}
+    training = {
+        "output_dir": str(work),
+        "batch_size": batch_size,
+        "hard_negatives": hard_negatives,
+        "learning_rate": lr,
+        "max_steps": max_steps,
+        "epochs": epochs,
+        "accumulation_steps": accumulation_steps,
+        "seed": seed,
+        "eval_every": eval_every,
+        "objective": objective,
+        "temperature": temperature,
+        "warmup_steps": warmup_steps,
+    }
+    job = TrainingJob(
+        arch=arch,
+        base=base_path,
+        training=training,
+        train_sets=train_sets,
+        dev_path=dev_path,
+        model_options=model_options,
+        resume=resume,
+        result_path=str(work / "result.json"),
+    )
+    job_file = work / "job.json"
+    job.write(job_file)
+    result = train_task(str(job_file), gpus)
+
+    trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
+    config = {
+        "retriever": result["retriever_config"],
+        "training": training | {"gpus": gpus},
+        "train_sets": [asdict(s) | {"path": None} for s in train_sets],
+        "data": loaded,
+        "dev": {
+            "dataset": dev,
+            "best_step": result["best_step"],
+            "metrics": result["best_metrics"],
+            "history": result["dev_history"],
+        },
+        "steps": result["steps"],
+        "final_loss": result["final_loss"],
+        "trainable_parameters": result["trainable_parameters"],
+    }
+    row = {
+        "model_id": model_id,
+        "arch": arch,
+        "parameters": result["parameters"],
+        "base": base,
+        "trained_on": trained_on,
+        "config": json.dumps(config, sort_keys=True, default=str),
+    }
+    report = register_task(str(ws.root), model_id, stage_fp, result, row)
+    shutil.rmtree(work, ignore_errors=True)
+    report.update(
+        {
+            "steps": result["steps"],
+            "final_loss": round(result["final_loss"], 4),
+            **{f"dev_{k}": v for k, v in result["best_metrics"].items()},
+        }
+    )
+    log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
+    return {**report, "noop": False}
