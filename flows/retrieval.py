@@ -21,7 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from prefect import flow, task
 
 from flows.runtime import stage_logger
@@ -298,39 +297,27 @@ def passage_texts(ws: Workspace, passage_ids: list[str], *, with_title: bool) ->
     return texts, len(wanted) - len(texts)
 
 
-def _rewrite_hard_negatives(
-    ws: Workspace, tx: Any, dataset: str, split: str, negatives: dict[str, list[str]]
-) -> int:
-    """Replace `hard_negative_ids` of the given questions, rewriting the parts that hold them.
+def _rewrite_hard_negatives(tx: Any, dataset: str, split: str, negatives: dict[str, list[str]]) -> int:
+    """Replace `hard_negative_ids` of the given questions in the parts that hold them.
 
-    A question's rows belong to the table source that imported them; all parts of every source
-    holding rows of this dataset split are rewritten under the same source, so a later import
-    of that source still replaces them as a whole.
+    Each part keeps the source that imported it (storage's `rewrite`), so a later import of
+    that source still replaces its rows as a whole.
     """
-    entries = ws.snapshot().files("questions")
-    sources = set()
-    for entry in entries:
-        part = pq.read_table(ws.root / entry.path, columns=["dataset", "split"])
-        if pc.any(pc.and_(pc.equal(part["dataset"], dataset), pc.equal(part["split"], split))).as_py():
-            sources.add(entry.source)
     updated = 0
-    for source in sorted(sources):
-        tx.replace_source("questions", source)
-        for entry in (e for e in entries if e.source == source):
-            part = pq.read_table(ws.root / entry.path)
-            in_split = pc.and_(pc.equal(part["dataset"], dataset), pc.equal(part["split"], split)).to_pylist()
-            old = part["hard_negative_ids"].to_pylist()
-            new = [
-                negatives.get(qid, ids) if mine else ids
-                for qid, ids, mine in zip(part["question_id"].to_pylist(), old, in_split, strict=True)
-            ]
-            updated += sum(1 for mine, qid in zip(in_split, part["question_id"].to_pylist(), strict=True)
-                           if mine and qid in negatives)  # fmt: skip
-            column = part.schema.get_field_index("hard_negative_ids")
-            part = part.set_column(
-                column, part.schema.field(column), pa.array(new, part.schema.field(column).type)
-            )
-            tx.write("questions", part, source=source)
+
+    def set_negatives(part: pa.Table) -> pa.Table:
+        nonlocal updated
+        mine = pc.and_(pc.equal(part["dataset"], dataset), pc.equal(part["split"], split)).to_pylist()
+        ids = part["question_id"].to_pylist()
+        new = [
+            negatives[qid] if in_split and qid in negatives else old
+            for qid, old, in_split in zip(ids, part["hard_negative_ids"].to_pylist(), mine, strict=True)
+        ]
+        updated += sum(1 for qid, in_split in zip(ids, mine, strict=True) if in_split and qid in negatives)
+        column = part.schema.get_field_index("hard_negative_ids")
+        return part.set_column(column, part.schema.field(column), pa.array(new, part.schema.field(column).type))
+
+    tx.rewrite("questions", set_negatives)
     return updated
 
 
@@ -376,7 +363,7 @@ def bm25_negatives_flow(
     )
     found = [len(ids) for ids in negatives.values()]
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
-        updated = _rewrite_hard_negatives(ws, tx, dataset, split, negatives)
+        updated = _rewrite_hard_negatives(tx, dataset, split, negatives)
         report = {
             "dataset": dataset, "split": split, "count": count, "depth": depth, "questions": len(negatives),
             "questions_updated": updated, "with_full_count": sum(1 for n in found if n == count),

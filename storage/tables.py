@@ -16,7 +16,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,10 @@ def empty_table_file(root: Path, table: str) -> Path:
     return path
 
 
+class ConcurrentUpdateError(RuntimeError):
+    """Parts this transaction rewrote were replaced by another commit in the meantime."""
+
+
 class PartWriter:
     """Streams rows of one table into staged parts of at most `rows_per_part` rows."""
 
@@ -119,6 +123,7 @@ class Transaction:
         self.report: dict[str, Any] = {}
         self._replace_sources: dict[str, set[str]] = {}
         self._replace_tables: set[str] = set()
+        self._drop_paths: dict[str, set[str]] = {}
         self._staged: dict[str, dict[str, tuple[str, int]]] = {}  # table -> part -> (source, rows)
         self._auto_parts: dict[str, int] = {}
         staging_root = root / STAGING_DIR
@@ -201,6 +206,30 @@ class Transaction:
             self.adopt_part(table, key, info["source"])
         return info.get("meta", {})
 
+    def rewrite(
+        self,
+        table: str,
+        transform: Callable[[pa.Table], pa.Table],
+        select: Callable[[FileEntry], bool] | None = None,
+    ) -> int:
+        """Rewrite existing parts of `table` through `transform`, keeping each part's source.
+
+        Used to update a column of rows other stages wrote (hard negatives, domain labels).
+        The replaced parts are dropped by path at commit; if another commit removed one of them
+        meanwhile, the commit fails instead of silently losing that update. Returns the parts
+        rewritten.
+        """
+        snapshot = load_snapshot(self.root)
+        rewritten = 0
+        for number, entry in enumerate(snapshot.files(table)):
+            if select is not None and not select(entry):
+                continue
+            data = ds.dataset([str(self.root / entry.path)], schema=schema_for(table), format="parquet").to_table()
+            self.write(table, transform(data), source=entry.source, part=f"rewrite-{number:06d}")
+            self._drop_paths.setdefault(table, set()).add(entry.path)
+            rewritten += 1
+        return rewritten
+
     def writer(self, table: str, source: str, prefix: str = "part", rows_per_part: int = ROWS_PER_PART) -> PartWriter:
         return PartWriter(self, table, source, prefix, rows_per_part)
 
@@ -211,8 +240,15 @@ class Transaction:
         with workspace_lock(self.root):
             snapshot = load_snapshot(self.root)
             tables = {name: list(entries) for name, entries in snapshot.tables.items()}
-            for table in set(self._replace_sources) | self._replace_tables | set(self._staged):
+            for table in set(self._replace_sources) | self._replace_tables | set(self._staged) | set(self._drop_paths):
                 entries = tables.get(table, [])
+                missing = self._drop_paths.get(table, set()) - {e.path for e in entries}
+                if missing:
+                    raise ConcurrentUpdateError(
+                        f"table {table!r} was changed by another stage while {self.stage!r} rewrote it; "
+                        "run the stage again"
+                    )
+                entries = [e for e in entries if e.path not in self._drop_paths.get(table, set())]
                 if table in self._replace_tables:
                     entries = []
                 drop = self._replace_sources.get(table, set())

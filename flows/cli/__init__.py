@@ -14,6 +14,8 @@ VERB_MODULES = [
     "ingest",
     "passages",
     "questions",
+    "retrieval",
+    "evaluation",
     "sql",
     "demo",
     "categories",

@@ -81,16 +81,17 @@ def test_part_writer_rolls_parts_and_keeps_order(workspace: Workspace) -> None:
 
 def test_resumable_transaction_adopts_finished_groups(workspace: Workspace) -> None:
     tx = workspace.transaction("ingest", fingerprint="fp", resumable=True)
-    tx.write_group("chunk-000000", {"passages": _passages(["a"])}, source="w")
+    tx.write_group("chunk-000000", {"passages": _passages(["a"])}, source="w", meta={"pages": 3})
     tx.abort()  # a crash: nothing visible, staging kept
     assert workspace.rows("passages") == 0
     again = workspace.transaction("ingest", fingerprint="fp", resumable=True)
-    assert again.group_done("chunk-000000") and not again.group_done("chunk-000001")
+    assert again.group_done("chunk-000000") == {"pages": 3}
+    assert again.group_done("chunk-000001") is None
     again.write_group("chunk-000001", {"passages": _passages(["b"])}, source="w")
     again.commit()
     assert workspace.read_table("passages").column("passage_id").to_pylist() == ["a", "b"]
     other = workspace.transaction("ingest", fingerprint="other", resumable=True)
-    assert not other.group_done("chunk-000000")  # other inputs never adopt stale parts
+    assert other.group_done("chunk-000000") is None  # other inputs never adopt stale parts
 
 
 def test_old_files_are_collected_after_replacement(workspace: Workspace) -> None:
@@ -132,3 +133,31 @@ def test_killed_writer_never_exposes_a_partial_part(tmp_path: Path) -> None:
         if not path.name.startswith("."):
             pq.ParquetFile(path).metadata  # raises on a truncated file
     assert os.path.exists(root)
+
+
+def test_rewrite_updates_parts_in_place_and_detects_conflicts(workspace: Workspace) -> None:
+    import pyarrow.compute as pc
+
+    from storage.tables import ConcurrentUpdateError
+
+    with workspace.transaction("a") as tx:
+        tx.write("passages", _passages(["a1", "a2"]), source="A")
+        tx.write("passages", _passages(["b1"]), source="B")
+
+    def upper(table: pa.Table) -> pa.Table:
+        return table.set_column(table.schema.get_field_index("text"), "text", pc.utf8_upper(table["text"]))
+
+    with workspace.transaction("rewrite") as tx:
+        assert tx.rewrite("passages", upper, select=lambda e: e.source == "A") == 1
+    rows = {r["passage_id"]: r["text"] for r in workspace.read_table("passages").to_pylist()}
+    assert rows == {"a1": "TEXT A1", "a2": "TEXT A2", "b1": "text b1"}
+    with workspace.transaction("rewrite") as tx:  # a later re-import of source A still replaces it
+        tx.replace_source("passages", "A")
+    assert workspace.rows("passages") == 1
+
+    slow = workspace.transaction("slow")
+    slow.rewrite("passages", upper)
+    with workspace.transaction("other") as tx:
+        tx.replace_table("passages")
+    with pytest.raises(ConcurrentUpdateError, match="run the stage again"):
+        slow.commit()

@@ -1,0 +1,1 @@
+"""Evaluation steps: DPR-style answer matching, top-K accuracy and qrels-based metrics."""

@@ -1,0 +1,1 @@
+"""Retrieval steps: BM25 over Lucene (pyserini), run files and hard-negative selection."""

@@ -1,0 +1,345 @@
+"""BM25 over passages with pyserini's Lucene (Anserini): index building and batch search.
+
+Index building streams ``(passage_id, title, text)`` records into pyserini's JsonCollection
+format (``{"id", "contents": title + "\\n" + text}``), spread round-robin over one file per
+thread because Anserini parallelises over files, then runs pyserini's indexer
+(Anserini's ``IndexCollection``, the class ``python -m pyserini.index.lucene`` calls, with
+positions + doc vectors + raw stored) in a subprocess. All
+of it happens in a temporary folder next to the target that is renamed into place only after a
+successful build, so a killed build never leaves a half-written index. The index carries
+``odqa-index.json`` with the passages snapshot it was built from; :func:`open_index` compares it
+with the snapshot the caller expects and raises :class:`StaleIndexError` on a mismatch.
+
+Search uses Anserini's ``SimpleSearcher`` (the class behind pyserini's ``LuceneSearcher``) with
+``set_bm25(k1, b)`` and ``batch_search(queries, qids, k, threads)``, exactly what
+``LuceneSearcher.batch_search`` calls. We reach it through ``pyserini.pyclass`` instead of
+importing ``pyserini.search.lucene`` because that package also imports torch, transformers and
+scikit-learn (about 11 s per command) for encoders BM25 never uses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from pipelines.retrieval.java import JavaInfo, ensure_java
+from pipelines.retrieval.runs import RUN_SCHEMA
+
+METADATA_FILE = "odqa-index.json"
+LOG_FILE = "odqa-index.log"
+INDEX_FORMAT = 1
+DEFAULT_K1 = 0.9
+DEFAULT_B = 0.4
+
+
+class IndexMissingError(FileNotFoundError):
+    """No BM25 index (or no odqa metadata) at the expected place."""
+
+
+class StaleIndexError(RuntimeError):
+    """The index was built from a different passages snapshot than the caller expects."""
+
+
+class IndexBuildError(RuntimeError):
+    """pyserini's indexer failed or indexed fewer documents than it was given."""
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """An index folder and what ``odqa-index.json`` says about it."""
+
+    path: Path
+    snapshot: str
+    documents: int
+    skipped_empty: int
+    threads: int
+    java: str
+    pyserini: str
+    built_at: str
+    build_seconds: float
+
+
+def passage_contents(title: str | None, text: str | None) -> str:
+    """What Lucene indexes for a passage: title and text on separate lines, as DPR's BM25 did."""
+    title, text = title or "", text or ""
+    return f"{title}\n{text}" if title else text
+
+
+def write_json_collection(
+    records: Iterable[tuple[str, str | None, str | None]], folder: Path, *, files: int
+) -> int:
+    """Write records as JsonCollection JSON-lines spread round-robin over ``files`` files.
+
+    Returns the number of records. A record whose id is empty or contains whitespace is an
+    error (Lucene ids are looked up verbatim and TREC run files split on whitespace).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with ExitStack() as stack:
+        outs = [
+            stack.enter_context(open(folder / f"part-{i:04d}.jsonl", "w", encoding="utf-8"))
+            for i in range(max(1, files))
+        ]
+        for count, (passage_id, title, text) in enumerate(
+            tqdm(records, desc="writing passages for Lucene", unit=" passages", disable=None), start=1
+        ):
+            passage_id = str(passage_id)
+            if not passage_id or any(c.isspace() for c in passage_id):
+                raise ValueError(f"record {count}: passage id {passage_id!r} is empty or has whitespace")
+            document = {"id": passage_id, "contents": passage_contents(title, text)}
+            outs[count % len(outs)].write(json.dumps(document, ensure_ascii=False) + "\n")
+    return count
+
+
+_COUNT_LINES = {name: re.compile(rf"{name}:\s+(\d+)") for name in ("indexed", "empty", "skipped", "errors")}
+_TOTAL_LINE = re.compile(r"Total ([\d,]+) documents indexed")
+
+
+def _indexer_counts(log: str) -> dict[str, int]:
+    counts = {name: int(m.group(1)) for name, rx in _COUNT_LINES.items() if (m := rx.search(log))}
+    total = _TOTAL_LINE.search(log)
+    if total:
+        counts["total"] = int(total.group(1).replace(",", ""))
+    return counts
+
+
+INDEXER_ARGS = (
+    "-collection", "JsonCollection",
+    "-generator", "DefaultLuceneDocumentGenerator",
+    "-storePositions", "-storeDocvectors", "-storeRaw",
+)  # fmt: skip
+
+# What `python -m pyserini.index.lucene` runs, minus that module's imports of pandas, the
+# prebuilt-index catalogue and analysers (~6 s of start-up that indexing does not use).
+_INDEXER_MAIN = (
+    "import sys; from pyserini.pyclass import autoclass; "
+    "autoclass('io.anserini.index.IndexCollection').main(sys.argv[1:])"
+)
+
+
+def pyserini_index_command(collection: Path, index: Path, threads: int) -> list[str]:
+    """Anserini's IndexCollection through pyserini's JVM bridge, as pyserini's indexer runs it."""
+    return [
+        sys.executable,
+        "-c",
+        _INDEXER_MAIN,
+        "-input",
+        str(collection),
+        "-index",
+        str(index),
+        "-threads",
+        str(threads),
+        *INDEXER_ARGS,
+    ]
+
+
+def _pyserini_version() -> str:
+    from importlib.metadata import version
+
+    return version("pyserini")
+
+
+def build_index(
+    records: Iterable[tuple[str, str | None, str | None]],
+    index_dir: Path,
+    *,
+    snapshot: str,
+    threads: int = 1,
+) -> IndexInfo:
+    """Build a BM25 index of ``records`` at ``index_dir`` (replacing any previous one atomically).
+
+    ``snapshot`` identifies the passages the records come from (e.g. the passages table's
+    snapshot id); it is stored in the index metadata for :func:`open_index`. Passages with no
+    indexable content are skipped by Anserini and counted in ``skipped_empty``; any other
+    shortfall or indexer failure raises :class:`IndexBuildError` with the indexer's log tail.
+    """
+    java = ensure_java()
+    threads = max(1, int(threads))
+    index_dir = Path(index_dir)
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = index_dir.parent / f".{index_dir.name}.building-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        started = time.perf_counter()
+        written = write_json_collection(records, work / "collection", files=threads)
+        if written == 0:
+            raise IndexBuildError("no passages to index")
+        staged = work / "index"
+        log_path = work / LOG_FILE
+        with open(log_path, "w", encoding="utf-8") as log_file:
+            done = subprocess.run(
+                pyserini_index_command(work / "collection", staged, threads),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ),
+            )
+        log = log_path.read_text(encoding="utf-8", errors="replace")
+        counts = _indexer_counts(log)
+        indexed = counts.get("total", counts.get("indexed", -1))
+        empty = counts.get("empty", 0)
+        if done.returncode != 0 or counts.get("errors", 0) or indexed + empty != written:
+            tail = "\n".join(log.splitlines()[-25:])
+            raise IndexBuildError(
+                f"pyserini indexer exit code {done.returncode}: {written} passages written, "
+                f"{indexed} indexed, {empty} empty, {counts.get('errors', '?')} errors\n{tail}"
+            )
+        info = IndexInfo(
+            path=index_dir,
+            snapshot=snapshot,
+            documents=indexed,
+            skipped_empty=empty,
+            threads=threads,
+            java=java.version,
+            pyserini=_pyserini_version(),
+            built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            build_seconds=round(time.perf_counter() - started, 3),
+        )
+        _write_metadata(staged, info)
+        shutil.move(str(log_path), staged / LOG_FILE)
+        _swap_into_place(staged, index_dir, work)
+        return info
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_metadata(index: Path, info: IndexInfo) -> None:
+    fields = {k: v for k, v in asdict(info).items() if k != "path"}
+    payload = {"format": INDEX_FORMAT, "contents": "title, newline, text", **fields}
+    (index / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def _swap_into_place(staged: Path, target: Path, work: Path) -> None:
+    """Rename the new index into place; an older one is moved aside first, then deleted."""
+    if target.exists():
+        target.rename(work / "previous")
+    staged.rename(target)
+
+
+def open_index(path: Path, expected_snapshot: str | None = None) -> IndexInfo:
+    """Read an index's metadata, checking it was built from ``expected_snapshot`` (if given)."""
+    path = Path(path)
+    meta_path = path / METADATA_FILE
+    if not meta_path.is_file():
+        raise IndexMissingError(f"no BM25 index at {path} (missing {METADATA_FILE}); build it first")
+    try:
+        meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
+        info = IndexInfo(path=path, **{f: meta[f] for f in IndexInfo.__dataclass_fields__ if f != "path"})
+    except (ValueError, KeyError, TypeError) as error:
+        raise IndexMissingError(
+            f"{meta_path}: unreadable index metadata ({error}); rebuild the index"
+        ) from None
+    if meta.get("format") != INDEX_FORMAT:
+        raise StaleIndexError(f"{path}: index format {meta.get('format')} != {INDEX_FORMAT}; rebuild it")
+    if expected_snapshot is not None and info.snapshot != expected_snapshot:
+        raise StaleIndexError(
+            f"BM25 index at {path} was built from passages snapshot {info.snapshot!r}, but the "
+            f"passages are now at {expected_snapshot!r}; rebuild the index"
+        )
+    return info
+
+
+class Bm25Searcher:
+    """Batch BM25 search over an index, yielding run rows as Arrow record batches."""
+
+    def __init__(self, index: IndexInfo, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
+        self.java: JavaInfo = ensure_java()
+        from pyserini.pyclass import JArrayList, autoclass  # starts the JVM: after ensure_java
+
+        self._array_list = JArrayList
+        self.index = index
+        self.k1, self.b = float(k1), float(b)
+        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index.path))
+        self._searcher.set_bm25(self.k1, self.b)
+
+    def search_batch(
+        self, queries: Sequence[str], qids: Sequence[str], *, k: int, threads: int
+    ) -> dict[str, list[tuple[str, float]]]:
+        """One ``batch_search`` call: qid -> [(passage_id, score), ...] best first."""
+        java_queries, java_qids = self._array_list(), self._array_list()
+        for query, qid in zip(queries, qids, strict=True):
+            java_queries.add(query)
+            java_qids.add(qid)
+        results = self._searcher.batch_search(java_queries, java_qids, int(k), int(threads))
+        return {
+            entry.getKey(): [(hit.docid, hit.score) for hit in entry.getValue()]
+            for entry in results.entrySet().toArray()
+        }
+
+    def search(
+        self,
+        questions: Iterable[tuple[str, str]],
+        *,
+        k: int = 100,
+        threads: int | None = None,
+        batch_size: int = 10_000,
+        total: int | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Retrieve the top ``k`` passages for each ``(question_id, question)``.
+
+        Questions are searched ``batch_size`` at a time on ``threads`` threads (default: all
+        cores), so memory stays bounded for any number of questions. A question with no
+        matching passage (e.g. only stop words) simply has no rows. Question ids must be unique:
+        Anserini returns results keyed by id, so a repeated id would lose a question's results.
+        """
+        threads = threads or os.cpu_count() or 1
+        seen: set[str] = set()
+        with tqdm(total=total, desc="BM25 search", unit=" questions", disable=None) as bar:
+            for chunk in _chunks(questions, batch_size):
+                qids = [str(qid) for qid, _ in chunk]
+                for qid in qids:
+                    if qid in seen:
+                        raise ValueError(f"question id {qid!r} occurs twice; ids must be unique")
+                    seen.add(qid)
+                hits = self.search_batch([q for _, q in chunk], qids, k=k, threads=threads)
+                yield _run_batch(qids, hits)
+                bar.update(len(chunk))
+
+    def close(self) -> None:
+        self._searcher.close()
+
+
+def _chunks(items: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    chunk: list[tuple[str, str]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _run_batch(qids: Sequence[str], hits: dict[str, list[tuple[str, float]]]) -> pa.RecordBatch:
+    question_ids: list[str] = []
+    passage_ids: list[str] = []
+    ranks: list[int] = []
+    scores: list[float] = []
+    for qid in qids:
+        for rank, (docid, score) in enumerate(hits.get(qid, ()), start=1):
+            question_ids.append(qid)
+            passage_ids.append(docid)
+            ranks.append(rank)
+            scores.append(score)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(question_ids, pa.string()),
+            pa.array(passage_ids, pa.string()),
+            pa.array(ranks, pa.int32()),
+            pa.array(scores, pa.float64()),
+        ],
+        schema=RUN_SCHEMA,
+    )

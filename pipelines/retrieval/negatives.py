@@ -1,0 +1,59 @@
+"""BM25 hard negatives, DPR's recipe: the best-ranked BM25 passages that hold no answer.
+
+DPR trains with one such passage per question (section 3.2 of the DPR paper); TASER and the
+dual-encoder studies reuse them. A passage is a hard negative for a question when it ranks high
+for the question's words yet contains none of its answers (under the same `has_answer` rules as
+evaluation) and is not one of the question's gold positives.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from pipelines.evaluation.answers import AnswerMatcher
+from pipelines.retrieval.runs import ranked_lists
+
+MAX_HARD_NEGATIVES = 30
+
+HARD_NEGATIVES_SCHEMA = pa.schema(
+    [
+        pa.field("question_id", pa.string(), nullable=False),
+        pa.field("hard_negative_ids", pa.list_(pa.string()), nullable=False),
+    ]
+)
+
+
+def select_hard_negatives(
+    run: pa.Table, questions: pa.Table, matcher: AnswerMatcher, *, count: int = 1
+) -> pa.Table:
+    """Per question: up to ``count`` passages from the run, best rank first, with no answer.
+
+    ``questions`` needs ``question_id`` and ``answers``; ``positive_ids`` is honoured when
+    present. The matcher decides "contains an answer" and should see what a reader of the
+    passage sees (title and text), so that no negative gives the answer away. A question whose
+    run yields fewer clean passages gets fewer negatives (possibly none); questions absent from
+    the run get an empty list, so every question in ``questions`` has a row.
+    """
+    if not 1 <= count <= MAX_HARD_NEGATIVES:
+        raise ValueError(f"hard negative count must be between 1 and {MAX_HARD_NEGATIVES}, got {count}")
+    ranked = ranked_lists(run)
+    qids = questions["question_id"].cast(pa.string()).to_pylist()
+    answers = questions["answers"].to_pylist()
+    positives = (
+        questions["positive_ids"].to_pylist()
+        if "positive_ids" in questions.column_names
+        else [None] * len(qids)
+    )
+    negatives: list[list[str]] = []
+    for qid, question_answers, question_positives in zip(qids, answers, positives, strict=True):
+        excluded = {str(p) for p in question_positives or ()}
+        candidates = [pid for pid in ranked.get(qid, []) if str(pid) not in excluded]
+        chosen: list[str] = []
+        for start in range(0, len(candidates), count):
+            window = candidates[start : start + count]
+            hits = matcher.hits(window, question_answers or [])
+            chosen.extend(str(pid) for pid, hit in zip(window, hits, strict=True) if not hit)
+            if len(chosen) >= count:
+                break
+        negatives.append(chosen[:count])
+    return pa.table([qids, negatives], schema=HARD_NEGATIVES_SCHEMA)

@@ -1,0 +1,149 @@
+"""BM25 with the real pyserini/Lucene: index, search, staleness, hard negatives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipelines.evaluation.answers import AnswerMatcher, has_answer
+from pipelines.retrieval.bm25 import (
+    METADATA_FILE,
+    Bm25Searcher,
+    IndexMissingError,
+    StaleIndexError,
+    build_index,
+    open_index,
+    passage_contents,
+)
+from pipelines.retrieval.java import JavaMissingError, check_java
+from pipelines.retrieval.negatives import select_hard_negatives
+from pipelines.retrieval.runs import RUN_SCHEMA
+
+PASSAGES = [
+    ("p1", "Paris", "Paris is the capital and most populous city of France."),
+    ("p2", "France", "France is a country in Western Europe. Its capital city is Paris."),
+    ("p3", "Lyon", "Lyon is the third-largest city of France, after Paris and Marseille."),
+    ("p4", "Berlin", "Berlin is the capital and largest city of Germany."),
+    ("p5", "Capital city", "A capital city is the municipality holding primary status in a country."),
+    ("p6", "Madrid", "Madrid is the capital and most populous city of Spain."),
+    ("p7", "Caf\u00e9 de Flore", "The Caf\u00e9 de Flore is a coffeehouse in Paris."),
+    ("p8", "Rome", "Rome is the capital city of Italy."),
+]
+TEXTS = {pid: passage_contents(title, text) for pid, title, text in PASSAGES}
+
+
+@pytest.fixture(scope="module")
+def java() -> None:
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"no usable JDK: {error}")
+
+
+@pytest.fixture(scope="module")
+def index(java: None, tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("bm25") / "index"
+    info = build_index(iter(PASSAGES), path, snapshot="snap-1", threads=2)
+    assert info.documents == len(PASSAGES) and info.skipped_empty == 0
+    return open_index(path, "snap-1")
+
+
+@pytest.fixture(scope="module")
+def searcher(index):
+    searcher = Bm25Searcher(index)
+    yield searcher
+    searcher.close()
+
+
+def test_search_ranks_the_obvious_passage_first(searcher: Bm25Searcher) -> None:
+    questions = [("q1", "What is the capital of Germany?"), ("q2", "capital of Spain"), ("q3", "xyzzy")]
+    run = pa.Table.from_batches(list(searcher.search(questions, k=3, threads=2, batch_size=2)))
+    assert run.schema == RUN_SCHEMA
+    rows = run.to_pylist()
+    q1 = [r for r in rows if r["question_id"] == "q1"]
+    assert [r["rank"] for r in q1] == [1, 2, 3]
+    assert q1[0]["passage_id"] == "p4"
+    assert q1[0]["score"] >= q1[1]["score"] >= q1[2]["score"] > 0
+    assert [r["passage_id"] for r in rows if r["question_id"] == "q2"][0] == "p6"
+    assert not [r for r in rows if r["question_id"] == "q3"]  # no term in the index: no rows
+    # the title is indexed too: "Rome" appears in p8's title and text, "Flore" in p7's title
+    only_title = list(searcher.search([("q4", "Flore coffeehouse")], k=1, threads=1))[0].to_pylist()
+    assert only_title[0]["passage_id"] == "p7"
+    with pytest.raises(ValueError, match="occurs twice"):
+        list(searcher.search([("q", "Paris"), ("q", "Rome")], k=1, batch_size=1))
+
+
+def test_k1_b_are_applied(index) -> None:
+    default = Bm25Searcher(index)
+    other = Bm25Searcher(index, k1=2.0, b=1.0)
+    query = [("q", "capital city of France Paris")]
+    first = list(default.search(query, k=8, threads=1))[0]["score"].to_pylist()
+    second = list(other.search(query, k=8, threads=1))[0]["score"].to_pylist()
+    assert first != second
+
+
+def test_index_metadata_and_staleness(index, tmp_path: Path) -> None:
+    assert index.snapshot == "snap-1" and index.documents == len(PASSAGES)
+    assert (index.path / METADATA_FILE).is_file()
+    with pytest.raises(StaleIndexError, match="snap-2"):
+        open_index(index.path, "snap-2")
+    with pytest.raises(IndexMissingError, match="no BM25 index"):
+        open_index(tmp_path / "nowhere", "snap-1")
+
+
+def test_rebuild_replaces_index_and_leaves_no_temporaries(java: None, tmp_path: Path) -> None:
+    path = tmp_path / "idx"
+    build_index(iter(PASSAGES[:3]), path, snapshot="a", threads=1)
+    build_index(iter(PASSAGES), path, snapshot="b", threads=1)
+    info = open_index(path, "b")
+    assert info.documents == len(PASSAGES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+    # a bad record aborts the build and keeps the previous index untouched
+    with pytest.raises(ValueError, match="record 2"):
+        build_index(iter([PASSAGES[0], ("bad id", "t", "x")]), path, snapshot="c", threads=1)
+    assert open_index(path, "b").documents == len(PASSAGES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
+
+
+def test_hard_negatives_never_contain_answers(searcher: Bm25Searcher) -> None:
+    questions = pa.table(
+        {
+            "question_id": ["q1", "q2", "q3"],
+            "question": ["capital city of France", "capital of Italy", "most populous city capital"],
+            "answers": pa.array([["Paris"], ["Rome"], ["Madrid", "Berlin"]], type=pa.list_(pa.string())),
+            "positive_ids": pa.array([["p1"], [], ["p6"]], type=pa.list_(pa.string())),
+        }
+    )
+    pairs = list(zip(questions["question_id"].to_pylist(), questions["question"].to_pylist(), strict=True))
+    run = pa.Table.from_batches(list(searcher.search(pairs, k=8, threads=2)))
+    matcher = AnswerMatcher(TEXTS)
+    negatives = select_hard_negatives(run, questions, matcher, count=3)
+    ranked = {
+        qid: [
+            r["passage_id"]
+            for r in sorted(run.to_pylist(), key=lambda r: r["rank"])
+            if r["question_id"] == qid
+        ]
+        for qid in ["q1", "q2", "q3"]
+    }
+    for row, answers, positives in zip(
+        negatives.to_pylist(),
+        questions["answers"].to_pylist(),
+        questions["positive_ids"].to_pylist(),
+        strict=True,
+    ):
+        chosen = row["hard_negative_ids"]
+        assert 1 <= len(chosen) <= 3
+        assert not any(has_answer(TEXTS[pid], answers) for pid in chosen)
+        assert not set(chosen) & set(positives)
+        # they are the best-ranked clean passages, in rank order
+        clean = [
+            p for p in ranked[row["question_id"]] if p not in positives and not has_answer(TEXTS[p], answers)
+        ]
+        assert chosen == clean[:3]
+    one = select_hard_negatives(run, questions, matcher)  # DPR default: one per question
+    assert all(len(ids) == 1 for ids in one["hard_negative_ids"].to_pylist())
+    with pytest.raises(ValueError, match="between 1 and 30"):
+        select_hard_negatives(run, questions, matcher, count=31)
