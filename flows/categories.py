@@ -21,22 +21,21 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from prefect import flow, task
 
 from flows.runtime import stage_logger
 from pipelines.categories.coverage import (
     CoverageReport,
+    assign_question_domains,
     coverage_report,
     plot_domain_counts,
-    question_domains,
+    positive_passage_domains,
 )
 from pipelines.categories.domain_config import DomainConfig, load_domain_config
 from pipelines.categories.graph_input import SqlCategoryGraph
 from pipelines.categories.labeller import label_domains
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
-from storage.schemas import schema_for
 
 INGEST_STAGE = "ingest-categories"
 SQL_SOURCE = "sql-dumps"
@@ -167,20 +166,11 @@ def _metric_rows(
     return rows
 
 
-def _questions_by_source(ws: Workspace) -> dict[str, pa.Table]:
-    """The questions table split by the source that wrote each part (kept when rewriting).
-
-    The questions table has no source column, so the parts are read per snapshot entry.
-    """
-    schema = schema_for("questions")
-    paths: dict[str, list[str]] = {}
-    for entry in ws.snapshot().files("questions"):
-        if entry.rows:
-            paths.setdefault(entry.source, []).append(str(ws.root / entry.path))
-    return {
-        source: ds.dataset(files, schema=schema, format="parquet").to_table()
-        for source, files in sorted(paths.items())
-    }
+def _with_domains(part: pa.Table, passage_domains: dict[str, list[str]], order: list[str]) -> pa.Table:
+    """A questions part with its `domains` column (re)computed from its positives."""
+    index = part.schema.get_field_index("domains")
+    column = assign_question_domains(part.column("positive_ids"), passage_domains, order)
+    return part.set_column(index, part.schema.field(index), column.cast(part.schema.field(index).type))
 
 
 def _questions_fingerprint(ws: Workspace) -> str:
@@ -221,14 +211,19 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
     )
     has_passages = ws.rows("passages") > 0
 
-    # Question labels: rewrite each questions source's rows with its `domains` filled in.
-    by_source = _questions_by_source(ws)
-    questions = pa.concat_tables(list(by_source.values())) if by_source else None
+    # Question labels: the union of the domains of each question's positive passages.
+    questions = (
+        ws.read_table("questions", columns=["question_id", "dataset", "positive_ids"])
+        if ws.rows("questions")
+        else None
+    )
+    passage_domains: dict[str, list[str]] = {}
     if questions is not None:
         passages = ws.scan("passages", ["passage_id", "title"]) if has_passages else []
-        labels = question_domains(questions.select(["question_id", "positive_ids"]), passages, domains, order)
-        questions = questions.set_column(
-            questions.schema.get_field_index("domains"), "domains", labels.column("domains")
+        positives = pc.list_flatten(questions.column("positive_ids"))
+        passage_domains = positive_passage_domains(positives, passages, domains, order)
+        questions = questions.append_column(
+            "domains", assign_question_domains(questions.column("positive_ids"), passage_domains, order)
         )
 
     overall = coverage_report(
@@ -266,11 +261,8 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
         for batch in domains.to_batches(max_chunksize=500_000):
             writer.write(batch)
         writer.close()
-        offset = 0
-        for source, part in by_source.items():
-            tx.replace_source("questions", source)
-            tx.write("questions", questions.slice(offset, part.num_rows), source=source)
-            offset += part.num_rows
+        if questions is not None:
+            tx.rewrite("questions", lambda part: _with_domains(part, passage_domains, order))
         tx.replace_source("metrics", LABEL_SOURCE)
         tx.write("metrics", metrics, source=LABEL_SOURCE)
         tx.report = report
