@@ -16,6 +16,7 @@ VERB_MODULES = [
     "questions",
     "retrieval",
     "evaluation",
+    "training",
     "sql",
     "demo",
     "categories",

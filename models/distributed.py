@@ -1,0 +1,83 @@
+"""Multi-GPU training with torchrun (DDP): process-group setup and in-batch negatives across devices.
+
+Every rank computes the contrastive loss over the questions and passages of *all* ranks.
+`gather_with_local_grad` all-gathers embeddings and puts the rank's own, differentiable shard
+back in place, so backward reaches the local encoder only. Summed over ranks these partial
+gradients make the full gradient of the global loss; DDP averages instead of summing, which
+the trainer undoes by scaling the contrastive loss by the world size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str | None = None) -> DistributedContext:
+    """Join the torchrun process group when WORLD_SIZE > 1; pick this process's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    if use_cuda:
+        chosen = torch.device("cuda", local_rank if world_size > 1 else torch.cuda.current_device())
+        torch.cuda.set_device(chosen)
+    else:
+        chosen = torch.device(device or "cpu")
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    if world_size > 1:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+    return DistributedContext(rank, world_size, local_rank, chosen)
+
+
+def gather_with_local_grad(tensor: torch.Tensor, context: DistributedContext) -> tuple[torch.Tensor, int]:
+    """Concatenate `tensor` (first dims may differ) from all ranks; returns it and this rank's offset."""
+    if not context.enabled:
+        return tensor, 0
+    size = torch.tensor([tensor.shape[0]], device=tensor.device)
+    sizes = [torch.zeros_like(size) for _ in range(context.world_size)]
+    dist.all_gather(sizes, size)
+    counts = [int(s.item()) for s in sizes]
+    longest = max(counts)
+    padded = tensor.detach()
+    if tensor.shape[0] < longest:
+        filler = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
+        padded = torch.cat([padded, filler])
+    gathered = [torch.empty_like(padded) for _ in range(context.world_size)]
+    dist.all_gather(gathered, padded.contiguous())
+    parts = [g[:n] for g, n in zip(gathered, counts, strict=True)]
+    parts[context.rank] = tensor
+    return torch.cat(parts), sum(counts[: context.rank])
+
+
+def barrier(context: DistributedContext) -> None:
+    if context.enabled:
+        dist.barrier()
+
+
+def all_reduce_mean(value: float, context: DistributedContext) -> float:
+    if not context.enabled:
+        return value
+    tensor = torch.tensor([value], device=context.device, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor.item()) / context.world_size

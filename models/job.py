@@ -1,0 +1,98 @@
+"""A training job described by one JSON file, runnable in-process or under torchrun.
+
+The caller (the Prefect flow) writes the training examples as Parquet files and a job file;
+`run_job` builds the retriever, trains it and writes the result JSON. Multi-GPU training runs
+the very same job with::
+
+    torchrun --nproc_per_node N -m models.job JOB.json
+
+so every rank reads identical examples and settings, and rank 0 writes the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.data import MultiSetSampler, read_examples
+from models.dev_eval import InMemoryDevEvaluator
+from models.retriever import create_retriever
+from models.trainer import Trainer, TrainingConfig, TrainResult
+
+
+@dataclass
+class TrainSet:
+    name: str
+    path: str
+    weight: float = 1.0
+
+
+@dataclass
+class TrainingJob:
+    arch: str
+    base: str
+    training: dict[str, Any]
+    train_sets: list[TrainSet]
+    dev_path: str | None = None
+    model_options: dict[str, Any] = field(default_factory=dict)
+    resume: bool = False
+    result_path: str | None = None
+
+    def write(self, path: Path) -> None:
+        temporary = Path(path).with_name(f".{Path(path).name}.tmp")
+        temporary.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
+        os.replace(temporary, path)
+
+    @classmethod
+    def read(cls, path: Path) -> TrainingJob:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data["train_sets"] = [TrainSet(**s) for s in data["train_sets"]]
+        return cls(**data)
+
+
+def run_job(job: TrainingJob) -> TrainResult:
+    """Build the retriever, train it on the job's examples; rank 0 writes `result_path`."""
+    config = TrainingConfig(**job.training)
+    sampler = MultiSetSampler(
+        [read_examples(Path(s.path)) for s in job.train_sets],
+        [s.weight for s in job.train_sets],
+        seed=config.seed,
+        names=[s.name for s in job.train_sets],
+    )
+    evaluator = InMemoryDevEvaluator(read_examples(Path(job.dev_path))) if job.dev_path else None
+    retriever = create_retriever(job.arch, job.base, **job.model_options)
+    result = Trainer(retriever, sampler, config, evaluator).train(resume=job.resume)
+    if job.result_path and int(os.environ.get("RANK", "0")) == 0:
+        document = {
+            **asdict(result),
+            "model_dir": str(result.model_dir),
+            "checkpoint_dir": str(result.checkpoint_dir),
+            "retriever_config": retriever.config.to_dict(),
+        }
+        temporary = Path(job.result_path).with_name(f".{Path(job.result_path).name}.tmp")
+        temporary.write_text(json.dumps(document, indent=2), encoding="utf-8")
+        os.replace(temporary, job.result_path)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m models.job JOB.json  (or under torchrun)", file=sys.stderr)
+        return 2
+    try:
+        run_job(TrainingJob.read(Path(args[0])))
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

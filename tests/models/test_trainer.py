@@ -1,0 +1,150 @@
+"""Trainer: overfitting a tiny set, exact resume, pickle-free checkpoints, best-checkpoint selection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from models.data import MultiSetSampler
+from models.dev_eval import InMemoryDevEvaluator
+from models.retriever import create_retriever, load_retriever
+from models.trainer import Trainer, TrainingConfig
+
+
+def _losses(result) -> list[float]:
+    state = json.loads((result.checkpoint_dir / "trainer_state.json").read_text())
+    return [loss for _, loss in state["losses"]]
+
+
+def test_tiny_taser_overfits_a_tiny_set(tiny_checkpoint, toy_examples, tmp_path):
+    torch.manual_seed(0)
+    model = create_retriever("taser", tiny_checkpoint)
+    config = TrainingConfig(
+        output_dir=str(tmp_path),
+        batch_size=8,
+        max_steps=25,
+        learning_rate=1e-2,
+        warmup_steps=0,
+        log_every=1,
+        progress=False,
+    )
+    result = Trainer(model, MultiSetSampler.single(toy_examples), config).train()
+    losses = _losses(result)
+    assert len(losses) == 25 and result.steps == 25
+    assert sum(losses[-3:]) / 3 < 0.4 * losses[0]
+    assert result.parameters == model.parameter_count() == result.trainable_parameters
+
+
+def _resume_run(checkpoint: str, examples, output, stop_at=None, resume=False):
+    torch.manual_seed(123)  # model construction (the seq router) must be the same in every run
+    model = create_retriever("taser", checkpoint, routing="seq")
+    config = TrainingConfig(
+        output_dir=str(output),
+        batch_size=3,
+        hard_negatives=1,
+        max_steps=6,
+        accumulation_steps=2,
+        learning_rate=5e-3,
+        warmup_steps=2,
+        log_every=1,
+        seed=11,
+        progress=False,
+    )
+    data = MultiSetSampler([examples[:5], examples[5:]], [1.0, 2.0], seed=3)
+    return model, Trainer(model, data, config).train(resume=resume, stop_at_step=stop_at)
+
+
+def test_stop_and_resume_equals_training_straight_through(dropout_checkpoint, toy_examples, tmp_path):
+    # Dropout and Gumbel-softmax routing both draw random numbers, so RNG state must resume too.
+    straight, straight_result = _resume_run(dropout_checkpoint, toy_examples, tmp_path / "straight")
+    _, first = _resume_run(dropout_checkpoint, toy_examples, tmp_path / "split", stop_at=3)
+    assert first.steps == 3
+    resumed, second = _resume_run(dropout_checkpoint, toy_examples, tmp_path / "split", resume=True)
+    assert second.steps == 6
+    expected = straight.state_dict()
+    for name, tensor in resumed.state_dict().items():
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=1e-6, msg=name)
+    assert _losses(second) == pytest.approx(_losses(straight_result), abs=1e-6)
+
+
+def test_checkpoint_is_pickle_free_and_loadable(tiny_checkpoint, toy_examples, tmp_path):
+    model = create_retriever("sde", tiny_checkpoint)
+    config = TrainingConfig(output_dir=str(tmp_path), batch_size=4, max_steps=2, progress=False)
+    result = Trainer(model, MultiSetSampler.single(toy_examples), config).train()
+    names = sorted(p.name for p in result.checkpoint_dir.iterdir())
+    assert names == sorted(
+        [
+            "config.json",
+            "model.safetensors",
+            "optimizer.safetensors",
+            "rng.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "trainer_state.json",
+        ]
+    )
+    loaded = load_retriever(result.checkpoint_dir)
+    torch.testing.assert_close(loaded.state_dict(), model.state_dict())
+    # Resuming with other settings is refused instead of silently continuing differently.
+    other = TrainingConfig(output_dir=str(tmp_path), batch_size=2, max_steps=2, progress=False)
+    with pytest.raises(ValueError, match="different settings"):
+        Trainer(model, MultiSetSampler.single(toy_examples), other).train(resume=True)
+
+
+def test_best_dev_checkpoint_is_kept(tiny_checkpoint, toy_examples, tmp_path):
+    scores = iter([0.25, 0.75, 0.5])
+    seen_steps = []
+
+    def evaluator(retriever):
+        seen_steps.append(retriever.config_fingerprint())
+        return {"R@20": next(scores)}
+
+    model = create_retriever("sde", tiny_checkpoint)
+    config = TrainingConfig(
+        output_dir=str(tmp_path), batch_size=4, max_steps=3, eval_every=1, learning_rate=1e-3, progress=False
+    )
+    result = Trainer(model, MultiSetSampler.single(toy_examples), config, evaluator).train()
+    assert result.best_step == 2 and result.best_metrics == {"R@20": 0.75}
+    assert result.model_dir == tmp_path / "best"
+    assert load_retriever(result.model_dir).config_fingerprint() == seen_steps[1]
+    assert [h["step"] for h in result.dev_history] == [1, 2, 3]
+
+
+def test_desire_me_training_leaves_the_base_untouched_and_learns_the_gate(
+    tiny_checkpoint, toy_examples, tmp_path
+):
+    model = create_retriever(
+        "desire-me", tiny_checkpoint, domains=["Culture", "Geography", "History", "Science"]
+    )
+    base_before = {k: v.clone() for k, v in model.base.state_dict().items()}
+    gate_before = model.gate.layers[0].weight.clone()
+    evaluator = InMemoryDevEvaluator(toy_examples, ks=(1, 5))
+    config = TrainingConfig(
+        output_dir=str(tmp_path), batch_size=4, max_steps=4, learning_rate=1e-3, progress=False
+    )
+    result = Trainer(model, MultiSetSampler.single(toy_examples), config, evaluator).train()
+    for name, tensor in model.base.state_dict().items():
+        torch.testing.assert_close(tensor, base_before[name], rtol=0, atol=0)
+    assert not torch.equal(model.gate.layers[0].weight, gate_before)
+    assert set(result.best_metrics) == {"R@1", "R@5"}
+    assert result.trainable_parameters < result.parameters
+
+
+@pytest.mark.parametrize("objective", ["stopgrad", "flipped"])
+def test_thesis_objectives_train(tiny_checkpoint, toy_examples, tmp_path, objective):
+    model = create_retriever("sde", tiny_checkpoint)
+    config = TrainingConfig(
+        output_dir=str(tmp_path),
+        batch_size=8,
+        max_steps=8,
+        learning_rate=1e-2,
+        warmup_steps=0,
+        objective=objective,
+        log_every=1,
+        progress=False,
+    )
+    losses = _losses(Trainer(model, MultiSetSampler.single(toy_examples), config).train())
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert min(losses[-3:]) < losses[0]

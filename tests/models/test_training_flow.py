@@ -1,0 +1,173 @@
+"""`odqa train` through the CLI and Prefect flow: examples from the workspace, `models` row, no-op."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import flows.cli.training  # noqa: F401  (registers `odqa train` even before the verb list names it)
+from models.retriever import load_retriever
+from storage import Workspace
+
+from .conftest import TOY_DOMAINS, TOY_FACTS
+
+
+def _fill_workspace(root: Path) -> None:
+    passages, questions = [], []
+    for index, (question, answer, title, text) in enumerate(TOY_FACTS):
+        passages.append(
+            {"passage_id": f"p{index}", "article_id": index, "title": title, "text": text, "position": 0}
+        )
+        passages.append(
+            {
+                "passage_id": f"n{index}",
+                "article_id": 100 + index,
+                "title": "Filler",
+                "text": f"An unrelated passage number {index}.",
+                "position": 0,
+            }
+        )
+        questions.append(
+            {
+                "question_id": f"toy-{index}",
+                "dataset": "toy",
+                "split": "train" if index < 6 else "dev",
+                "question": question,
+                "answers": [answer],
+                "positive_ids": [f"p{index}"],
+                "hard_negative_ids": [f"n{index}", "missing-passage"],
+                "domains": [TOY_DOMAINS[index]],
+            }
+        )
+    questions.append(
+        {
+            "question_id": "toy-x",
+            "dataset": "toy",
+            "split": "train",
+            "question": "Orphan?",
+            "answers": ["x"],
+            "positive_ids": ["nowhere"],
+            "hard_negative_ids": [],
+            "domains": [],
+        }
+    )
+    ws = Workspace.resolve(root)
+    with ws.transaction("toy-data") as tx:
+        tx.write("passages", passages, source="toy")
+        tx.write("questions", questions, source="toy")
+
+
+def test_train_registers_model_and_reruns_as_noop(cli, tiny_checkpoint, tmp_path):
+    root = tmp_path / "ws"
+    _fill_workspace(root)
+    args = [
+        "--workspace",
+        str(root),
+        "train",
+        "--arch",
+        "taser",
+        "--base",
+        tiny_checkpoint,
+        "--train",
+        "toy:train",
+        "--dev",
+        "toy:dev",
+        "--model-id",
+        "taser-toy",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "3",
+        "--lr",
+        "1e-3",
+    ]
+    first = cli(*args)
+    assert "train taser-toy: done" in first.output
+    ws = Workspace.resolve(root)
+    rows = ws.sql("SELECT model_id, arch, parameters, path, base, trained_on, config FROM models").to_pylist()
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["model_id"], row["arch"], row["base"], row["trained_on"]) == (
+        "taser-toy",
+        "taser",
+        tiny_checkpoint,
+        "toy:train:1",
+    )
+    model = load_retriever(row["path"])
+    assert row["parameters"] == model.parameter_count()
+    assert sorted(p.name for p in Path(row["path"]).iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    config = json.loads(row["config"])
+    assert config["retriever"]["taser"]["specialized_layers"] == [2]
+    assert set(config["dev"]["metrics"]) == {"R@1", "R@5", "R@20", "R@100"}
+    assert config["data"]["toy:train"]["skipped"] == {
+        "question_without_known_positive": 1,
+        "unknown_hard_negative": 6,
+    }
+    assert config["steps"] == 2
+    assert not (ws.models_dir / ".training" / "taser-toy").exists()
+
+    again = cli(*args)
+    assert "no-op" in again.output
+    assert ws.sql("SELECT count(*) AS n FROM models").to_pylist() == [{"n": 1}]
+
+
+def test_desire_me_on_a_registered_model_uses_question_domains(cli, tiny_checkpoint, tmp_path):
+    root = tmp_path / "ws"
+    _fill_workspace(root)
+    common = [
+        "--workspace",
+        str(root),
+        "train",
+        "--train",
+        "toy:train",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "3",
+    ]
+    cli(*common, "--arch", "sde", "--base", tiny_checkpoint, "--model-id", "base")
+    cli(*common, "--arch", "desire-me", "--base", "base", "--model-id", "dme")
+    ws = Workspace.resolve(root)
+    model = load_retriever(ws.models_dir / "dme")
+    assert model.domains == ["Culture", "Geography", "Science"]  # the train split's labels
+    base = load_retriever(ws.models_dir / "base")
+    titles, texts = ["Paris"], ["Paris is the capital of France."]
+    assert (model.encode_passages(titles, texts) == base.encode_passages(titles, texts)).all()
+    arches = ws.sql("SELECT model_id, arch FROM models ORDER BY model_id").to_pylist()
+    assert arches == [{"model_id": "base", "arch": "sde"}, {"model_id": "dme", "arch": "desire-me"}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--train", "toy"], "expected NAME:SPLIT[:WEIGHT]"),
+        (["--train", "toy:test"], "no questions for toy:test"),
+    ],
+)
+def test_bad_training_input_gives_a_clear_error(cli, tiny_checkpoint, tmp_path, extra, message):
+    root = tmp_path / "ws"
+    _fill_workspace(root)
+    result = cli(
+        "--workspace",
+        str(root),
+        "train",
+        "--arch",
+        "sde",
+        "--base",
+        tiny_checkpoint,
+        "--model-id",
+        "m",
+        "--max-steps",
+        "1",
+        *extra,
+        ok=False,
+    )
+    assert result.exit_code == 1
+    assert message in result.output
