@@ -35,9 +35,9 @@ def renumber(page: bytes, copy: int) -> bytes:
     return _TITLE.sub(lambda m: b"<title>" + m.group(1) + b" (copy %d)</title>" % copy, page, count=1)
 
 
-def write_repeated(source: Path, out: Path, target_bytes: int) -> tuple[int, int]:
+def write_repeated(source: Path, out: Path, target_bytes: int, min_copies: int = 1) -> tuple[int, int]:
     """Write copies of ``source``'s pages to ``out`` until it holds >= ``target_bytes`` of XML
-    (at least one copy). Returns (copies, bytes written)."""
+    and at least ``min_copies`` copies. Returns (copies, bytes written)."""
     raw = source.read_bytes()
     xml = bz2.decompress(raw) if raw[:3] == b"BZh" else raw
     header, pages, footer = split_export(xml)
@@ -46,7 +46,7 @@ def write_repeated(source: Path, out: Path, target_bytes: int) -> tuple[int, int
     with out.open("wb") as f:
         f.write(header)
         written += len(header)
-        while copies == 0 or written < target_bytes:
+        while copies < min_copies or written < target_bytes:
             for page in pages:
                 if copies:
                     page = renumber(page, copies)

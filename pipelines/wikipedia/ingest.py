@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from pipelines.categories.graph_input import soft_category_redirect
 from pipelines.wikipedia.dump_reader import DumpError, RawPage, iter_pages
 from pipelines.wikipedia.passages import split_passages
 from pipelines.wikipedia.wikitext_cleaner import clean_wikitext, extract_categories, is_disambiguation
@@ -119,19 +121,27 @@ def process_chunk(pages: list[RawPage], options: IngestOptions, index: int = 0) 
     skipped: Counter[str] = Counter()
     problems: list[str] = []
     for page in pages:
-        ns, text, is_redirect = page.namespace, page.text, page.redirect_target is not None
+        ns, text, redirect_target = page.namespace, page.text, page.redirect_target
+        if ns == CATEGORY_NAMESPACE and redirect_target is None and text:
+            # English Wikipedia moves categories with {{Category redirect|X}}, not #REDIRECT;
+            # recorded as the page's redirect so the domain labeller follows it.
+            redirect_target = soft_category_redirect(text)
+        is_redirect = redirect_target is not None
         art["article_id"].append(page.page_id)
         art["title"].append(page.title)
         art["namespace"].append(ns)
         art["is_redirect"].append(is_redirect)
-        art["redirect_target"].append(page.redirect_target)
+        art["redirect_target"].append(redirect_target)
         counts["total"] += 1
         counts[_page_kind(ns, is_redirect)] += 1
         if text is None:
             skipped["empty_text"] += 1
             continue
         if ns in LINK_KIND:
-            for category in extract_categories(text):
+            categories = extract_categories(text)
+            if ns == CATEGORY_NAMESPACE and _HIDDEN_CATEGORY.search(text) and HIDDEN_PARENT not in categories:
+                categories.append(HIDDEN_PARENT)  # what MediaWiki does for __HIDDENCAT__
+            for category in categories:
                 cat["page_id"].append(page.page_id)
                 cat["title"].append(page.title)
                 cat["namespace"].append(ns)
@@ -164,6 +174,11 @@ def process_chunk(pages: list[RawPage], options: IngestOptions, index: int = 0) 
         skipped=dict(skipped),
         problems=problems,
     )
+
+
+CATEGORY_NAMESPACE = 14
+HIDDEN_PARENT = "Hidden categories"
+_HIDDEN_CATEGORY = re.compile(r"__HIDDENCAT__|\{\{\s*hidden[ _]category\s*[|}]", re.IGNORECASE)
 
 
 def _page_kind(namespace: int, is_redirect: bool) -> str:
