@@ -128,6 +128,17 @@ def schema_for(table: str) -> pa.Schema:
         raise KeyError(f"unknown table {table!r}; known tables: {', '.join(sorted(SCHEMAS))}") from None
 
 
+def row_schema(table: str, without: tuple[str, ...] = ("source",)) -> pa.Schema:
+    """The columns a producing step fills: the table's schema less those the writer adds.
+
+    Pipeline steps build their Arrow output with this, so the table layout has one definition.
+    """
+    schema = schema_for(table)
+    for name in without:
+        schema = schema.remove(schema.get_field_index(name))
+    return schema
+
+
 def conform(data: pa.Table | pa.RecordBatch, table: str) -> pa.Table:
     """Cast `data` to the table's schema: missing nullable columns become nulls, order is fixed.
 

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from pipelines.categories.sql_dump import DumpStats, SqlDumpError, SqlDumpReader, dump_columns
 from pipelines.categories.titles import NAMESPACE_NAMES, normalize_titles
+from storage.schemas import row_schema
 
 __all__ = [
     "ARTICLE_SCHEMA",
@@ -44,24 +45,8 @@ __all__ = [
 ]
 
 CATEGORY_NS = 14
-CATEGORY_LINK_SCHEMA = pa.schema(
-    [
-        ("page_id", pa.int64()),
-        ("title", pa.string()),
-        ("namespace", pa.int32()),
-        ("category", pa.string()),
-        ("kind", pa.string()),
-    ]
-)
-ARTICLE_SCHEMA = pa.schema(
-    [
-        ("article_id", pa.int64()),
-        ("title", pa.string()),
-        ("namespace", pa.int32()),
-        ("is_redirect", pa.bool_()),
-        ("redirect_target", pa.string()),
-    ]
-)
+CATEGORY_LINK_SCHEMA = row_schema("category_links")
+ARTICLE_SCHEMA = row_schema("articles")
 
 _PAGE_COLUMNS = pa.schema(
     [

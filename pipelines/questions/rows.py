@@ -1,8 +1,8 @@
 """The row shapes question steps return: questions, passages and qrels as Arrow tables.
 
-Column names and types are those of the workspace tables in DESIGN.md (`questions`,
-`passages`, `qrels`), so a flow can write what a step returns without reshaping. Steps here do
-not import `storage/`: they only promise these columns, and the writer checks them.
+Column names and types are those of the workspace tables (`questions`, `passages`, `qrels`),
+taken from storage's schema definitions, so a flow can write what a step returns without
+reshaping and the layout has one definition.
 """
 
 from __future__ import annotations
@@ -13,44 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 
-_STR_LIST = pa.list_(pa.string())
+from storage.schemas import row_schema
 
-QUESTION_SCHEMA = pa.schema(
-    [
-        ("question_id", pa.string()),
-        ("dataset", pa.string()),
-        ("split", pa.string()),
-        ("question", pa.string()),
-        ("answers", _STR_LIST),
-        ("relation", pa.string()),
-        ("subject", pa.string()),
-        ("subject_id", pa.string()),
-        ("positive_ids", _STR_LIST),
-        ("hard_negative_ids", _STR_LIST),
-        ("domains", _STR_LIST),
-    ]
-)
 
-PASSAGE_SCHEMA = pa.schema(
-    [
-        ("passage_id", pa.string()),
-        ("article_id", pa.int64()),
-        ("title", pa.string()),
-        ("text", pa.string()),
-        ("position", pa.int32()),
-        ("source", pa.string()),
-    ]
-)
+QUESTION_SCHEMA = row_schema("questions", without=())
 
-QREL_SCHEMA = pa.schema(
-    [
-        ("dataset", pa.string()),
-        ("split", pa.string()),
-        ("question_id", pa.string()),
-        ("passage_id", pa.string()),
-        ("relevance", pa.int32()),
-    ]
-)
+PASSAGE_SCHEMA = row_schema("passages", without=())
+
+QREL_SCHEMA = row_schema("qrels", without=())
 
 
 def stable_id(*parts: str) -> str:

@@ -30,6 +30,7 @@ from pipelines.categories.graph_input import soft_category_redirect
 from pipelines.wikipedia.dump_reader import DumpError, RawPage, iter_pages
 from pipelines.wikipedia.passages import split_passages
 from pipelines.wikipedia.wikitext_cleaner import clean_wikitext, extract_categories, is_disambiguation
+from storage.schemas import row_schema
 
 MAIN_NAMESPACE = 0
 FILE_NAMESPACE = 6
@@ -37,33 +38,9 @@ CATEGORY_NAMESPACE = 14
 #: MediaWiki's ``cl_type`` of a category edge, by the namespace of the categorized page.
 LINK_KIND = {MAIN_NAMESPACE: "page", FILE_NAMESPACE: "file", CATEGORY_NAMESPACE: "subcat"}
 
-ARTICLE_SCHEMA = pa.schema(
-    [
-        ("article_id", pa.int64()),
-        ("title", pa.string()),
-        ("namespace", pa.int32()),
-        ("is_redirect", pa.bool_()),
-        ("redirect_target", pa.string()),
-    ]
-)
-PASSAGE_SCHEMA = pa.schema(
-    [
-        ("passage_id", pa.string()),
-        ("article_id", pa.int64()),
-        ("title", pa.string()),
-        ("text", pa.string()),
-        ("position", pa.int32()),
-    ]
-)
-CATEGORY_LINK_SCHEMA = pa.schema(
-    [
-        ("page_id", pa.int64()),
-        ("title", pa.string()),
-        ("namespace", pa.int32()),
-        ("category", pa.string()),
-        ("kind", pa.string()),
-    ]
-)
+ARTICLE_SCHEMA = row_schema("articles")
+PASSAGE_SCHEMA = row_schema("passages")
+CATEGORY_LINK_SCHEMA = row_schema("category_links")
 
 
 @dataclass(frozen=True)

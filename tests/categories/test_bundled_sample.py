@@ -48,7 +48,8 @@ def test_every_article_reaches_a_domain(xml_labels: LabelResult) -> None:
     assert report.articles == 50 and report.labelled == 50
     assert report.unreachable == 0 and report.no_categories == 0
     assert report.redirects == 15 and report.redirects_labelled == 15
-    assert report.category_redirects == 1  # Category:Footballers (hard #REDIRECT)
+    # Category:Footballers (hard #REDIRECT) and Category:Soccer players ({{Category redirect}})
+    assert report.category_redirects == 2
 
 
 def test_documented_depths_and_domains(xml_labels: LabelResult) -> None:
@@ -94,7 +95,12 @@ def test_sql_dumps_give_the_same_labels_as_the_xml(
         articles = pa.Table.from_batches(list(graph.articles()))
         assert graph.stats.redirects == 15 and graph.stats.redirect_targets == 16  # + the category redirect
     result = label_domains(category_links, articles=articles, progress=False)
-    assert result.domains.equals(xml_labels.domains)
+    # The SQL dumps carry hard redirects only; the XML route also follows the soft
+    # {{Category redirect}} of "Soccer players", a shorter way up for Manuel Neuer alone.
+    sql_rows = {tuple(r.values()) for r in result.domains.to_pylist()}
+    xml_rows = {tuple(r.values()) for r in xml_labels.domains.to_pylist()}
+    assert sql_rows - xml_rows == {("Manuel Neuer", "Sports", 4)}
+    assert xml_rows - sql_rows == {("Manuel Neuer", "Sports", 3)}
     assert result.report.labelled == 50 and result.report.redirects_labelled == 15
 
 
