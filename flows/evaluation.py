@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
+from flows.artifacts import publish_evaluation
 from flows.retrieval import evaluation_source, passage_texts, read_run, run_stage
 from flows.runtime import stage_logger
 from pipelines.evaluation.answers import AnswerMatcher, MatchMode
@@ -214,6 +215,7 @@ def evaluate_flow(
         log.info("evaluate %s: run, questions and passages unchanged (no-op)", run)
         return {**stage_record.report, "noop": True}
     report = evaluate_task(str(ws.root), run, ks, match, stage_fp)
+    publish_evaluation(report, overall_rows(ws, run).to_pylist())  # table + plot links in the UI
     log.info("evaluate %s: %s", run, report)
     return {**report, "noop": False}
 

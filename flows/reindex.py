@@ -1,0 +1,350 @@
+"""Re-indexing: new passages in, a complete new BM25 + FAISS index out, switched atomically.
+
+Layout under `<workspace>/indexes/`:
+
+    releases/<release>/bm25/          Lucene index of the passages at that release
+    releases/<release>/embeddings/    passage vectors of the production model
+    releases/<release>/<type>/        FAISS index (flat by default)
+    releases/<release>/release.json   model, passages version, counts, timings
+    current.json                      {"release": ..., ...} -- the pointer searches follow
+
+A re-index ingests a new dump or a passages delta, then builds a release side by side with the
+one being served, in a hidden folder that is renamed into place only when complete, and then
+replaces `current.json` with one atomic rename. A search reads the pointer once and uses that
+release throughout, so during a re-index it is answered from the old, complete release and
+afterwards from the new one; it never sees a half-built index. The previous releases are kept
+(`keep`) so searches that started on them finish. Each re-index is a Prefect flow run, and its
+figures (passages, documents, vectors, build times) are rows of the `metrics` table under the
+run name `reindex:<release>`.
+
+Two re-indexes never overlap: a workspace file lock (`indexes/.reindex.lock`) is taken for the
+whole run; a second one waits up to `wait_seconds` and is then refused with a message that says
+which run holds the lock since when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from prefect import flow, task
+
+from flows.runtime import stage_logger
+from storage import Workspace
+from storage.snapshot import atomic_write_text
+
+RELEASES_DIR = "releases"
+POINTER_FILE = "current.json"
+LOCK_FILE = ".reindex.lock"
+RELEASE_FILE = "release.json"
+PASSAGE_COLUMNS = ["passage_id", "title", "text"]
+
+
+class ReindexBusyError(RuntimeError):
+    """Another re-index holds the workspace's re-index lock."""
+
+
+class NoReleaseError(FileNotFoundError):
+    """No release has been switched in yet."""
+
+
+# --- pointer and releases --------------------------------------------------------------------
+
+
+def releases_dir(ws: Workspace) -> Path:
+    path = ws.indexes_dir / RELEASES_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def pointer_path(ws: Workspace) -> Path:
+    return ws.indexes_dir / POINTER_FILE
+
+
+def current_release(ws: Workspace) -> dict[str, Any] | None:
+    """What `current.json` points at (None before the first re-index)."""
+    try:
+        return json.loads(pointer_path(ws).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def switch_current(ws: Workspace, release: dict[str, Any]) -> None:
+    """Point searches at `release` (one rename: readers see the old or the new pointer)."""
+    atomic_write_text(pointer_path(ws), json.dumps(release, indent=2, sort_keys=True))
+
+
+def prune_releases(ws: Workspace, keep: int) -> list[str]:
+    """Delete all but the newest `keep` releases (never the current one)."""
+    current = (current_release(ws) or {}).get("release")
+    done = sorted((p for p in releases_dir(ws).iterdir() if p.is_dir() and not p.name.startswith(".")),
+                  key=lambda p: p.name)  # fmt: skip
+    removed = []
+    for path in done[: max(0, len(done) - max(keep, 1))]:
+        if path.name != current:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+@contextlib.contextmanager
+def reindex_lock(ws: Workspace, wait_seconds: float = 0.0, holder: str = "") -> Iterator[None]:
+    """Exclusive re-index lock; waits up to `wait_seconds`, then ReindexBusyError."""
+    path = ws.indexes_dir / LOCK_FILE
+    with open(path, "a+", encoding="utf-8") as handle:
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    who = handle.read().strip() or "another process"
+                    raise ReindexBusyError(
+                        f"a re-index of {ws.root} is already running ({who}); this one was refused after "
+                        f"waiting {wait_seconds:.0f}s. Wait for it to finish, or pass a longer wait_seconds."
+                    ) from None
+                time.sleep(0.2)
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}{', ' + holder if holder else ''}, since "
+                         f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}")  # fmt: skip
+            handle.flush()
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            handle.flush()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def production_model(ws: Workspace, model: str | None) -> str:
+    """The model to encode with: as given, else the current release's, else the newest trained."""
+    if model:
+        return model
+    current = current_release(ws)
+    if current and current.get("model"):
+        return current["model"]
+    if ws.rows("models"):
+        rows = ws.sql("SELECT model_id FROM models ORDER BY created_at DESC LIMIT 1").to_pylist()
+        if rows:
+            return rows[0]["model_id"]
+    raise ValueError("no production model: pass `model` (a model id, Hugging Face name or folder)")
+
+
+# --- building a release -----------------------------------------------------------------------
+
+
+def _passage_records(ws: Workspace) -> Iterator[tuple[str, str | None, str | None]]:
+    for batch in ws.scan("passages", columns=PASSAGE_COLUMNS):
+        yield from zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True)
+
+
+@task(name="reindex-bm25")
+def build_bm25_task(workspace: str, target: str, passages_version: str, threads: int) -> dict[str, Any]:
+    from pipelines.retrieval.bm25 import build_index
+
+    ws = Workspace.resolve(workspace)
+    info = build_index(_passage_records(ws), Path(target), snapshot=passages_version, threads=threads)
+    return {"bm25_documents": info.documents, "bm25_seconds": info.build_seconds}
+
+
+@task(name="reindex-encode", tags=["gpu"])
+def encode_task(workspace: str, model: str, target: str, passages_version: str, batch_size: int,
+                shard_size: int) -> dict[str, Any]:  # fmt: skip
+    from flows.dense import resolve_model
+    from pipelines.dense.sharded_encoding import default_devices, encode_corpus
+
+    ws = Workspace.resolve(workspace)
+    ref = resolve_model(ws, model)
+    started = time.perf_counter()
+    retriever = _load_retriever(ref.passage_path)
+    result = encode_corpus(retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096), Path(target),
+                           corpus_fingerprint=passages_version, shard_size=shard_size, batch_size=batch_size,
+                           devices=default_devices(), total=ws.rows("passages"))  # fmt: skip
+    seconds = time.perf_counter() - started
+    passages = result.manifest.num_passages
+    return {"encoded_passages": passages, "encode_seconds": round(seconds, 3),
+            "passages_per_second": round(passages / seconds, 1) if seconds else None,
+            "model_fingerprint": retriever.config_fingerprint()}  # fmt: skip
+
+
+@task(name="reindex-faiss", tags=["gpu"])
+def build_faiss_task(embeddings: str, target: str, index_type: str) -> dict[str, Any]:
+    from pipelines.dense.faiss_index import build_index
+
+    started = time.perf_counter()
+    meta = build_index(Path(embeddings), Path(target), index_type=index_type)  # type: ignore[arg-type]
+    return {"dense_vectors": meta.num_vectors, "faiss_seconds": round(time.perf_counter() - started, 3)}
+
+
+def _metric_rows(release: str, figures: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
+    created = datetime.now(timezone.utc)
+    text = json.dumps(config, sort_keys=True, default=str)
+    return [{"run": f"reindex:{release}", "dataset": "", "split": "", "metric": name, "value": float(value),
+             "group": "", "created_at": created, "config": text}
+            for name, value in figures.items() if isinstance(value, (int, float)) and not isinstance(value, bool)]  # fmt: skip
+
+
+@flow(name="reindex")
+def reindex_flow(
+    workspace: str | None = None,
+    dump: str | None = None,
+    passages: str | None = None,
+    passages_format: str = "dpr-tsv",
+    model: str | None = None,
+    index_type: str = "flat",
+    bm25: bool = True,
+    dense: bool = True,
+    wait_seconds: float = 0.0,
+    keep: int = 3,
+    threads: int | None = None,
+    batch_size: int = 64,
+    shard_size: int = 50_000,
+) -> dict[str, Any]:
+    """Ingest a new dump or passages delta, build BM25 + FAISS side by side, switch `current`."""
+    log = stage_logger()
+    ws = Workspace.resolve(workspace)
+    if not (bm25 or dense):
+        raise ValueError("nothing to build: enable bm25 and/or dense")
+    from prefect.runtime import flow_run
+
+    holder = f"flow run {flow_run.get_name() or flow_run.get_id() or '?'}"
+    with reindex_lock(ws, wait_seconds, holder):
+        ingested: dict[str, Any] = {}
+        if dump:
+            from flows.wikipedia import ingest_wikipedia_flow
+
+            ingested["dump"] = ingest_wikipedia_flow(dump=dump, workspace=str(ws.root))
+        if passages:
+            from flows.passages import import_passages_flow
+
+            ingested["passages"] = import_passages_flow(fmt=passages_format, path=passages, workspace=str(ws.root))
+        if ws.rows("passages") == 0:
+            raise ValueError("the passages table is empty: give a dump or passages to ingest")
+        version = ws.table_version("passages")
+        chosen = production_model(ws, model) if dense else None
+        current = current_release(ws)
+        if current and current.get("passages_version") == version and current.get("model") == chosen \
+                and current.get("bm25") == bm25 and current.get("index_type") == (index_type if dense else None):
+            log.info("release %s already serves passages %s with model %s (no-op)", current["release"], version, chosen)
+            return {**current, "noop": True}
+        release = f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}-{version[:8]}"
+        building = releases_dir(ws) / f".{release}.building"
+        shutil.rmtree(building, ignore_errors=True)
+        building.mkdir(parents=True)
+        figures: dict[str, Any] = {"passages": ws.rows("passages")}
+        try:
+            if bm25:
+                figures.update(build_bm25_task(str(ws.root), str(building / "bm25"), version,
+                                               threads or os.cpu_count() or 1))  # fmt: skip
+            if dense:
+                figures.update(encode_task(str(ws.root), chosen, str(building / "embeddings"), version, batch_size,
+                                           shard_size))  # fmt: skip
+                figures.update(build_faiss_task(str(building / "embeddings"), str(building / index_type), index_type))
+            record = {"release": release, "passages_version": version, "model": chosen, "bm25": bm25,
+                      "index_type": index_type if dense else None,
+                      "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **figures}  # fmt: skip
+            (building / RELEASE_FILE).write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+            final = releases_dir(ws) / release
+            building.rename(final)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+        with ws.transaction(f"reindex:{release}") as tx:
+            tx.write("metrics", _metric_rows(release, figures, {"model": chosen, "index_type": index_type,
+                                                                 "ingested": ingested}),
+                     source=f"reindex:{release}")  # fmt: skip
+            tx.report = record
+        switch_current(ws, record)
+        removed = prune_releases(ws, keep)
+    _publish(record)
+    log.info("re-index %s switched in (%s); removed old releases: %s", release, figures, removed or "none")
+    return {**record, "previous": (current or {}).get("release"), "removed": removed, "noop": False}
+
+
+def _publish(record: dict[str, Any]) -> None:
+    from flows.artifacts import publish_table
+
+    rows = [{"figure": k, "value": v} for k, v in record.items() if k not in ("bm25",)]
+    publish_table(f"reindex-{record['release']}", f"Re-index {record['release']}", rows)
+
+
+# --- searching the current release ------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def _load_retriever(path: str):
+    from models.retriever import load_retriever
+
+    return load_retriever(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _dense_index(index_dir: str):
+    from pipelines.dense.faiss_index import open_index
+
+    return open_index(Path(index_dir))
+
+
+def search_current(
+    questions: list[str], k: int = 10, retriever: str = "bm25", workspace: str | None = None
+) -> list[list[dict[str, Any]]]:
+    """Top-k passages of each question from the release `current.json` names.
+
+    The pointer is read once, so one call is answered from one complete release even when a
+    re-index switches the pointer meanwhile.
+    """
+    ws = Workspace.resolve(workspace)
+    release = current_release(ws)
+    if release is None:
+        raise NoReleaseError(f"no index release in {ws.root}: run a re-index first (odqa reindex / reindex flow)")
+    folder = releases_dir(ws) / release["release"]
+    if retriever == "bm25":
+        hits = _bm25_hits(folder / "bm25", questions, k)
+    elif retriever == "dense":
+        if not release.get("index_type"):
+            raise ValueError(f"release {release['release']} has no dense index")
+        hits = _dense_hits(folder / release["index_type"], release["model"], ws, questions, k)
+    else:
+        raise ValueError(f"retriever must be bm25 or dense, got {retriever!r}")
+    ids = pa.array(sorted({pid for row in hits for pid, _ in row}), pa.string())
+    passages = ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=pc.field("passage_id").isin(ids))
+    by_id = {row["passage_id"]: row for row in passages.to_pylist()}
+    return [[{"rank": rank, "passage_id": pid, "score": float(score), "title": by_id.get(pid, {}).get("title"),
+              "text": by_id.get(pid, {}).get("text"), "release": release["release"]}
+             for rank, (pid, score) in enumerate(row, start=1)] for row in hits]  # fmt: skip
+
+
+def _bm25_hits(index: Path, questions: list[str], k: int) -> list[list[tuple[str, float]]]:
+    from pipelines.retrieval.bm25 import Bm25Searcher, open_index
+
+    searcher = Bm25Searcher(open_index(index))
+    try:
+        qids = [str(i) for i in range(len(questions))]
+        found = searcher.search_batch(questions, qids, k=k, threads=1)
+    finally:
+        searcher.close()
+    return [found.get(q, []) for q in qids]
+
+
+def _dense_hits(index_dir: Path, model: str, ws: Workspace, questions: list[str], k: int) -> list[list[tuple[str, float]]]:
+    from flows.dense import resolve_model
+
+    encoder = _load_retriever(resolve_model(ws, model).path)
+    scores, ids = _dense_index(str(index_dir)).search(encoder.encode_questions(questions), k)
+    return [[(pid, s) for pid, s in zip(id_row, score_row, strict=True) if pid is not None]
+            for id_row, score_row in zip(ids, scores, strict=True)]  # fmt: skip

@@ -1,0 +1,44 @@
+"""The task runner data-parallel stages map their work over.
+
+One machine: Prefect's thread pool (`threads`, the default) or a process pool (`processes`).
+Several machines: a Dask cluster (prefect-dask's `DaskTaskRunner`) named by its scheduler
+address, given as a flow parameter or in `$ODQA_DASK_ADDRESS`, e.g. `tcp://10.0.0.5:8786` after
+`dask scheduler` on one machine and `dask worker tcp://10.0.0.5:8786` on each of the others.
+The flows stay the same; only where their mapped tasks run changes, so a run on a cluster gives
+the same output as a run on the default runner.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
+
+DASK_ADDRESS_ENV = "ODQA_DASK_ADDRESS"
+RunnerKind = Literal["threads", "processes", "dask"]
+
+
+def dask_address(address: str | None = None) -> str | None:
+    """The cluster address: the parameter, else `$ODQA_DASK_ADDRESS`, else none (local runner)."""
+    return address or os.environ.get(DASK_ADDRESS_ENV) or None
+
+
+def make_task_runner(kind: RunnerKind = "threads", workers: int | None = None, address: str | None = None) -> TaskRunner:
+    """A task runner for mapped data-parallel tasks.
+
+    A Dask address always wins (the cluster decides how many workers run); without one, `dask`
+    starts a throw-away local cluster, `processes` a process pool, `threads` a thread pool.
+    """
+    address = dask_address(address)
+    if address or kind == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if address:
+            return DaskTaskRunner(address=address)
+        return DaskTaskRunner(cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": False})
+    if kind == "processes":
+        return ProcessPoolTaskRunner(max_workers=workers or os.cpu_count() or 1)
+    if kind != "threads":
+        raise ValueError(f"task runner must be threads, processes or dask, got {kind!r}")
+    return ThreadPoolTaskRunner(max_workers=workers or os.cpu_count() or 1)

@@ -1,0 +1,52 @@
+"""Evaluation results become Prefect artifacts (a table, and markdown links to the plots)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from flows.artifacts import artifact_key, publish_evaluation, publish_table
+
+
+def test_keys_are_valid_prefect_artifact_keys() -> None:
+    assert artifact_key("evaluation-BM25 trex/test") == "evaluation-bm25-trex-test"
+    assert artifact_key("!!!") == "odqa"
+
+
+def test_outside_a_flow_run_nothing_is_published() -> None:
+    assert not publish_table("x", "y", [{"a": 1}])
+
+
+async def _latest(key: str) -> dict:
+    """The newest artifact with `key`, read through the REST API (a full filter body: the server's
+    FastAPI refuses the nulls prefect's own `Artifact.get` sends)."""
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        response = await client._client.post(
+            "/artifacts/filter",
+            json={"artifacts": {"key": {"any_": [key]}}, "limit": 1, "offset": 0, "sort": "UPDATED_DESC"},
+        )
+        response.raise_for_status()
+        found = response.json()
+        return found[0] if found else {}
+
+
+def test_evaluation_metrics_and_plot_links_are_published(prefect_harness, tmp_path: Path) -> None:
+    import asyncio
+
+    plot = tmp_path / "recall-bm25.png"
+    plot.write_bytes(b"png")
+
+    @flow
+    def evaluate_like() -> bool:
+        report = {"run": "bm25-demo", "plot": str(plot)}
+        rows = [{"dataset": "trex", "split": "test", "metric": "R@20", "value": 0.91234}]
+        return publish_evaluation(report, rows)
+
+    assert evaluate_like()
+    table = asyncio.run(_latest("evaluation-bm25-demo"))
+    assert table["type"] == "table" and "0.9123" in str(table["data"]) and "R@20" in str(table["data"])
+    links = asyncio.run(_latest("evaluation-bm25-demo-plots"))
+    assert links["type"] == "markdown" and plot.resolve().as_uri() in links["data"]

@@ -1,0 +1,84 @@
+"""The end-to-end pipeline on the bundled sample: every stage runs once, a re-run with unchanged
+inputs finishes from cache, and changing one input re-runs exactly the stages downstream of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.pipeline import (
+    DomainSettings,
+    EvaluationSettings,
+    QuestionSettings,
+    RunnerSettings,
+    SourceSettings,
+    StageSpec,
+    TrainingSettings,
+    plan_stages,
+    stage_key,
+)
+from pipelines.retrieval.java import JavaMissingError, check_java
+from storage import Workspace
+
+TINY_TRAINING = TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3, mine_depth=20)
+TINY_QUESTIONS = QuestionSettings(paq=None, imports=[])
+
+
+def tiny_evaluation(k: int = 20) -> EvaluationSettings:
+    return EvaluationSettings(eval_sets=["trex:test"], k=k, zero_shot=False, hybrid_with=None)
+
+
+def test_stage_keys_follow_inputs_and_upstream_outputs(tmp_path: Path) -> None:
+    data = tmp_path / "facts.nt"
+    data.write_text("a\n", encoding="utf-8")
+    spec = StageSpec(name="s", kind="questions-trex", kwargs={"dataset": "x"}, files=[str(data)])
+    up = [{"name": "ingest", "key": "k1", "outputs": {"passages": "v1"}}]
+    key = stage_key(spec, up)
+    assert stage_key(spec, up) == key
+    assert stage_key(spec, [{**up[0], "outputs": {"passages": "v2"}}]) != key
+    assert stage_key(spec.model_copy(update={"kwargs": {"dataset": "y"}}), up) != key
+    data.write_text("b\n", encoding="utf-8")
+    assert stage_key(spec, up) != key
+
+
+def test_plan_orders_stages_after_their_upstream(tmp_path: Path) -> None:
+    ws = Workspace.resolve(tmp_path / "ws")
+    plan = plan_stages(ws, SourceSettings(), QuestionSettings(), DomainSettings(), TrainingSettings(),
+                       EvaluationSettings(), RunnerSettings())
+    seen: set[str] = set()
+    for spec in plan:
+        assert set(spec.upstream) <= seen, spec.name
+        seen.add(spec.name)
+    runs = {s.kwargs["run"] for s in plan if s.kind == "evaluate"}
+    assert runs == {f"{r}-{d}" for r in ("bm25", "zero-shot", "dpr", "taser", "desire-me", "hybrid")
+                    for d in ("trex-test", "nq-test")}
+
+
+@pytest.mark.e2e
+def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -> None:
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"BM25 needs a JDK: {error}")
+    from flows.pipeline import odqa_pipeline
+
+    ws = str(tmp_path / "ws")
+    settings = {"workspace": ws, "questions": TINY_QUESTIONS, "training": TINY_TRAINING}
+    first = odqa_pipeline(**settings, evaluation=tiny_evaluation())
+    assert set(first["states"].values()) == {"Completed"}, first["states"]
+    results = {row["run"]: row for row in first["results"]}
+    assert set(results) == {"bm25-trex-test", "dpr-trex-test"}
+    for row in results.values():
+        assert 0 <= row["R@1"] <= row["R@5"] <= row["R@20"] <= 1
+    assert results["bm25-trex-test"]["R@20"] > 0
+
+    again = odqa_pipeline(**settings, evaluation=tiny_evaluation())
+    assert set(again["states"].values()) == {"Cached"}, again["states"]
+    assert again["results"] == first["results"]
+
+    changed = odqa_pipeline(**settings, evaluation=tiny_evaluation(k=10))
+    rerun = {name for name, state in changed["states"].items() if state == "Completed"}
+    assert rerun == {"run:bm25-trex-test", "run:dpr-trex-test", "evaluate:bm25-trex-test",
+                     "evaluate:dpr-trex-test"}, changed["states"]
+    assert {state for name, state in changed["states"].items() if name not in rerun} == {"Cached"}

@@ -1,0 +1,55 @@
+"""A data-parallel stage (BM25 retrieval in mapped question batches) gives the same run on the
+default thread runner and on a Dask cluster reached by its address."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from flows.task_runners import make_task_runner
+from pipelines.retrieval.java import JavaMissingError, check_java
+
+
+def test_runner_choice() -> None:
+    from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+    from prefect_dask import DaskTaskRunner
+
+    assert isinstance(make_task_runner(), ThreadPoolTaskRunner)
+    assert isinstance(make_task_runner("processes", workers=2), ProcessPoolTaskRunner)
+    assert isinstance(make_task_runner("threads", address="tcp://127.0.0.1:8786"), DaskTaskRunner)
+    with pytest.raises(ValueError, match="threads, processes or dask"):
+        make_task_runner("gpus")  # type: ignore[arg-type]
+
+
+@pytest.mark.e2e
+def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_harness, tmp_path: Path) -> None:
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"BM25 needs a JDK: {error}")
+    from distributed import LocalCluster
+
+    from flows.pipeline import _bm25_run_stage
+    from flows.questions import import_questions_flow
+    from flows.retrieval import bm25_index_flow
+    from flows.wikipedia import ingest_wikipedia_flow
+    from storage import Workspace
+
+    ws = str(tmp_path / "ws")
+    ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=ws)
+    import_questions_flow(fmt="nq-open", path=str(SAMPLE_DIR / "qa" / "nq-sample.jsonl"), dataset="nq", split="test",
+                          workspace=ws)
+    bm25_index_flow(workspace=ws, threads=1)
+    common = {"dataset": "nq", "split": "test", "k": 20, "workspace": ws}
+    local = _bm25_run_stage(runner={"kind": "threads", "bm25_batch": 8}, run="bm25-threads", **common)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        dask = _bm25_run_stage(runner={"kind": "dask", "dask_address": cluster.scheduler_address, "bm25_batch": 8},
+                               run="bm25-dask", **common)
+    assert local["batches"] == dask["batches"] == 4 and local["rows"] == dask["rows"] > 0
+    rows = {run: Workspace.resolve(ws).sql(
+        f"SELECT question_id, passage_id, rank, score FROM runs WHERE run = '{run}' ORDER BY question_id, rank"
+    ).to_pylist() for run in ("bm25-threads", "bm25-dask")}
+    assert rows["bm25-threads"] == rows["bm25-dask"]
+    assert len({r["question_id"] for r in rows["bm25-dask"]}) == 31
