@@ -218,6 +218,10 @@ def open_model_index(ws: Workspace, ref: ModelRef, index_type: str, retriever=No
     """The model's index, refused (StaleIndexError) when built for other weights or passages."""
     from pipelines.dense.faiss_index import open_index
 
+    folder = dense_dir(ws, ref.passage_key) / index_type
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no {index_type} index for model {ref.passage_name!r}; build it with: "
+                                f"odqa index build --model {ref.passage_name} --type {index_type}")  # fmt: skip
     passage_model = retriever if retriever is not None and ref.passage_path == ref.path else _load(ref.passage_path)
     return open_index(dense_dir(ws, ref.passage_key) / index_type, passage_model.config_fingerprint(),
                       _corpus_fingerprint(ws))  # fmt: skip
@@ -345,6 +349,7 @@ def dense_retrieve_flow(
     alpha: float | None = None,
     index_type: str = "flat",
     depth: int = 100,
+    trec: str | None = None,
     workspace: str | None = None,
 ) -> dict[str, Any]:
     """A dense or hybrid run into `runs` (the same stage and no-op rules as `odqa retrieve`)."""
@@ -352,6 +357,7 @@ def dense_retrieve_flow(
         RETRIEVERS,
         _check_run_name,
         _questions_fingerprint,
+        _write_trec,
         retrieve_task,
         run_stage,
     )
@@ -369,10 +375,15 @@ def dense_retrieve_flow(
     stage_fp = fingerprint(run_stage(run), retriever, dataset, split, k, config, questions_fp)
     if ws.stage_is_current(run_stage(run), stage_fp):
         log.info("run %s: same retriever, parameters and questions as before (no-op)", run)
-        return {**ws.stage_record(run_stage(run)).report, "noop": True}
-    report = retrieve_task(str(ws.root), retriever, dataset, split, run, k, options, config, stage_fp)
+        report = {**ws.stage_record(run_stage(run)).report, "noop": True}
+    else:
+        report = {**retrieve_task(str(ws.root), retriever, dataset, split, run, k, options, config, stage_fp),
+                  "noop": False}  # fmt: skip
+    if trec:
+        report["trec"] = str(Path(trec).expanduser().resolve())
+        report["trec_rows"] = _write_trec(ws, run, trec)
     log.info("retrieve %s: %s", run, report)
-    return {**report, "noop": False}
+    return report
 
 
 # --- hybrid weight --------------------------------------------------------------------------
@@ -564,7 +575,7 @@ def mine_flow(
     negatives = dict(zip(combined["question_id"].to_pylist(), combined["hard_negative_ids"].to_pylist(),
                          strict=True))  # fmt: skip
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
-        updated = _rewrite_hard_negatives(ws, tx, dataset, split, negatives)
+        updated = _rewrite_hard_negatives(tx, dataset, split, negatives)
         report = {"model": model, "dataset": dataset, "split": split, "mode": mode, "depth": depth, "count": count,
                   "questions": questions.num_rows, "questions_updated": updated,
                   "excluded_gold": mined.excluded_gold, "excluded_answer_bearing": mined.excluded_answer,
@@ -590,24 +601,28 @@ def negative_rounds_flow(
     hard_negatives: int = 1,
     depth: int = 100,
     count: int = 30,
+    index_type: str = "flat",
     workspace: str | None = None,
 ) -> dict[str, Any]:
     """TASER appendix B: round 1 trains on BM25 + in-batch negatives (P1); its model mines P2 for
-    every training split; round 2 trains the final model (MODEL_ID) on P1 u P2 (single-set) or P2
-    (multi-set). The round-1 model is registered as ``<MODEL_ID>-round1``."""
-    from flows.retrieval import bm25_negatives_flow
+    every training split (top `depth` of its own index); round 2 trains the final model (MODEL_ID)
+    on P1 u P2 (single-set) or P2 (multi-set). The round-1 model is registered as
+    ``<MODEL_ID>-round1``."""
+    from flows.retrieval import bm25_index_flow, bm25_negatives_flow
     from flows.training import parse_dataset_spec, train_flow
 
     ws = Workspace.resolve(workspace)
     specs = [parse_dataset_spec(s) for s in train]
     common = {"arch": arch, "base": base, "train": train, "dev": dev, "epochs": epochs, "max_steps": max_steps,
               "batch_size": batch_size, "lr": lr, "hard_negatives": hard_negatives, "workspace": str(ws.root)}  # fmt: skip
+    bm25_index_flow(workspace=str(ws.root))
     for name, split, _ in specs:
         if not _negatives_file(ws, f"p1-{name}-{split}").is_file():
             bm25_negatives_flow(dataset=name, split=split, count=1, workspace=str(ws.root))
     round1 = train_flow(model_id=f"{model_id}-round1", **common)
+    index_build_flow(model=f"{model_id}-round1", index_type=index_type, workspace=str(ws.root))
     mined = [mine_flow(model=f"{model_id}-round1", dataset=name, split=split, mode=mode, depth=depth, count=count,
-                       workspace=str(ws.root)) for name, split, _ in specs]  # fmt: skip
+                       index_type=index_type, workspace=str(ws.root)) for name, split, _ in specs]  # fmt: skip
     round2 = train_flow(model_id=model_id, **common)
     return {"round1": round1.get("model_id", f"{model_id}-round1"), "mined": mined, "model": model_id,
             "round2": round2, "noop": bool(round1.get("noop") and round2.get("noop")

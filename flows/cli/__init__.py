@@ -17,6 +17,7 @@ VERB_MODULES = [
     "retrieval",
     "evaluation",
     "training",
+    "dense",
     "sql",
     "demo",
     "categories",

@@ -8,7 +8,7 @@ from flows.cli.groups import import_group, main, workspace_arg
 from flows.cli.report import echo_report
 
 # The names `flows.retrieval.RETRIEVERS` knows; listed here so `--help` needs no flow imports.
-RETRIEVER_CHOICES = ["bm25"]
+RETRIEVER_CHOICES = ["bm25", "dense", "hybrid"]
 
 
 @main.group("bm25")
@@ -35,17 +35,30 @@ def bm25_index(ctx: click.Context, threads: int | None) -> None:
 @click.option("--k1", type=float, default=0.9, show_default=True, help="BM25 k1.")
 @click.option("--b", type=float, default=0.4, show_default=True, help="BM25 b.")
 @click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
+@click.option("--model", default=None, help="dense/hybrid: model id from `models`, or a HF name or folder.")
+@click.option("--alpha", type=float, default=None, help="hybrid: weight of BM25 (default: the tuned one).")
+@click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True)
 @click.option(
     "--trec", type=click.Path(dir_okay=False), default=None, help="Also write the run as a TREC file."
 )
 @click.pass_context
 def retrieve(ctx: click.Context, retriever: str, dataset: str, split: str, run: str, k: int, k1: float, b: float,
-             threads: int | None, trec: str | None) -> None:  # fmt: skip
+             threads: int | None, model: str | None, alpha: float | None, index_type: str,
+             trec: str | None) -> None:  # fmt: skip
     """Retrieve the top K passages for every question of DATASET/SPLIT into the runs table."""
-    from flows.retrieval import retrieve_flow
+    if retriever == "bm25":
+        from flows.retrieval import retrieve_flow
 
-    report = retrieve_flow(dataset=dataset, split=split, run=run, retriever=retriever, k=k, k1=k1, b=b,
-                           threads=threads, trec=trec, workspace=workspace_arg(ctx))  # fmt: skip
+        report = retrieve_flow(dataset=dataset, split=split, run=run, retriever=retriever, k=k, k1=k1, b=b,
+                               threads=threads, trec=trec, workspace=workspace_arg(ctx))  # fmt: skip
+    else:
+        if not model:
+            raise click.UsageError(f"--retriever {retriever} needs --model (a model id, HF name or folder)")
+        from flows.dense import dense_retrieve_flow
+
+        report = dense_retrieve_flow(dataset=dataset, split=split, run=run, model=model, retriever=retriever, k=k,
+                                     alpha=alpha, index_type=index_type, trec=trec,
+                                     workspace=workspace_arg(ctx))  # fmt: skip
     echo_report("retrieve", report)
 
 

@@ -22,7 +22,7 @@ ARCH_CHOICES = [
 
 
 @main.command("train")
-@click.option("--arch", required=True, type=click.Choice(ARCH_CHOICES), help="Retriever architecture.")
+@click.option("--arch", type=click.Choice(ARCH_CHOICES), help="Retriever architecture (not with --qsft).")
 @click.option(
     "--base",
     required=True,
@@ -107,6 +107,13 @@ ARCH_CHOICES = [
 @click.option(
     "--resume", is_flag=True, help="Continue an interrupted run of this model id from its checkpoint."
 )
+@click.option(
+    "--qsft",
+    is_flag=True,
+    help="Query-side fine-tuning (thesis 5.2): train only BASE's question side against its fixed index.",
+)
+@click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True,
+              help="With --qsft: the index of BASE to retrieve from.")  # fmt: skip
 @click.pass_context
 def train(
     ctx: click.Context,
@@ -132,8 +139,21 @@ def train(
     gpus: int,
     seed: int,
     resume: bool,
+    qsft: bool,
+    index_type: str,
 ) -> None:
     """Train a retriever and record it in the `models` table."""
+    if qsft:
+        from flows.dense import qsft_flow
+
+        report = qsft_flow(model=base, train=list(train_sets), model_id=model_id, index_type=index_type,
+                           epochs=epochs or 2, batch_size=batch_size, lr=lr,
+                           warmup_steps=100 if warmup_steps is None else warmup_steps, seed=seed,
+                           workspace=workspace_arg(ctx))  # fmt: skip
+        echo_report(f"train --qsft {model_id}", report)
+        return
+    if arch is None:
+        raise click.UsageError("--arch is required (unless --qsft)")
     if (max_steps is None) == (epochs is None):
         raise click.UsageError("give exactly one of --max-steps or --epochs")
     from flows.training import train_flow

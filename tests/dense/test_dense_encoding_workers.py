@@ -1,0 +1,53 @@
+"""Sharded encoding with one worker process per device, and bf16 compute precision."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from dense_corpus import as_batches, make_corpus
+from dense_minilm import load_minilm
+
+from pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
+
+
+@pytest.fixture(scope="module")
+def retriever():
+    return load_minilm()
+
+
+def _vectors(folder) -> np.ndarray:
+    return EncodedCorpus(folder).vectors(np.arange(len(EncodedCorpus(folder))))
+
+
+@pytest.mark.slow
+def test_worker_processes_match_in_process_encoding(tmp_path, retriever):
+    """Two worker processes (CPU stands in for two GPUs) give the in-process result."""
+    corpus = make_corpus(60, seed=4, max_words=12)
+    kwargs = dict(corpus_fingerprint="c", shard_size=10, batch_size=8, progress=False)
+    encode_corpus(retriever, as_batches(corpus, 7), tmp_path / "one", devices=[None], **kwargs)
+    result = encode_corpus(retriever, as_batches(corpus, 7), tmp_path / "two", devices=[None, None],
+                           retriever_factory=functools.partial(load_minilm), **kwargs)
+    assert result.encoded_passages == 60 and result.manifest.complete
+    assert [s.index for s in result.manifest.shards] == list(range(6))
+    assert EncodedCorpus(tmp_path / "two").ids().to_pylist() == corpus.column("passage_id").to_pylist()
+    np.testing.assert_allclose(_vectors(tmp_path / "two"), _vectors(tmp_path / "one"), atol=1e-6)
+    with pytest.raises(ValueError, match="several devices need retriever_factory"):
+        encode_corpus(retriever, as_batches(corpus, 7), tmp_path / "three", devices=[None, None], **kwargs)
+
+
+def test_bf16_precision_is_recorded_close_and_restarts(tmp_path, retriever):
+    corpus = make_corpus(24, seed=6)
+    kwargs = dict(corpus_fingerprint="c", shard_size=12, batch_size=8, devices=[None], progress=False)
+    fp32 = encode_corpus(retriever, as_batches(corpus, 5), tmp_path / "a", **kwargs)
+    assert fp32.manifest.precision == "fp32"  # auto on CPU
+    bf16 = encode_corpus(retriever, as_batches(corpus, 5), tmp_path / "a2", precision="bf16", **kwargs)
+    assert bf16.manifest.precision == "bf16"
+    cosine = np.sum(_vectors(tmp_path / "a") * _vectors(tmp_path / "a2"), axis=1)
+    assert cosine.min() > 0.999
+    again = encode_corpus(retriever, as_batches(corpus, 5), tmp_path / "a", precision="bf16", **kwargs)
+    assert "precision fp32 -> bf16" in again.restart_reason
+    with pytest.raises(ValueError, match="fp16 encoding needs a GPU"):
+        encode_corpus(retriever, as_batches(corpus, 5), tmp_path / "b", precision="fp16", **kwargs)
+    assert not (tmp_path / "b").exists()
