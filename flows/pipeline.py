@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -609,5 +610,5 @@ def run_demo_pipeline(workspace: str) -> None:
     click.echo(render(pa.Table.from_pylist(rows), "table"))
     for title, query in DEMO_QUERIES:
         click.echo(f"\n=== SQL: {title} ===")
-        click.echo(f'$ odqa sql "{query}"')
+        click.echo(f"$ odqa sql {shlex.quote(query)}")
         click.echo(render(ws.sql(query), "table"))
