@@ -43,7 +43,7 @@ LABEL_STAGE = "label-domains"
 LABEL_SOURCE = "label-domains"
 PLOT_NAME = "domain_coverage.png"
 #: Tables the labelling reads: a new version of any of them makes the stage run again (questions
-#: are fingerprinted by content instead, see `_questions_fingerprint`).
+#: are fingerprinted by content instead, see `questions_fingerprint`).
 LABEL_INPUTS = ("category_links", "articles", "passages")
 
 
@@ -173,7 +173,7 @@ def _with_domains(part: pa.Table, passage_domains: dict[str, list[str]], order: 
     return part.set_column(index, part.schema.field(index), column.cast(part.schema.field(index).type))
 
 
-def _questions_fingerprint(ws: Workspace) -> str:
+def questions_fingerprint(ws: Workspace) -> str:
     """Content hash of (question_id, positive_ids): the labels depend on nothing else of the
     questions, and this stage rewrites the table itself (its `domains`), so the table's file
     version would change on every run and the stage would never be a no-op."""
@@ -297,7 +297,7 @@ def label_domains_flow(
     config = (load_domain_config(domains_file) if domains_file else DomainConfig()).with_max_depth(max_depth)
     config_dict = {**asdict(config), "hidden_categories": sorted(config.hidden_categories)}
     versions = {t: ws.table_version(t) for t in LABEL_INPUTS}
-    stage_fp = fingerprint(LABEL_STAGE, config_dict, versions, _questions_fingerprint(ws))
+    stage_fp = fingerprint(LABEL_STAGE, config_dict, versions, questions_fingerprint(ws))
     if ws.stage_is_current(LABEL_STAGE, stage_fp):
         log.info("links, articles, passages, questions and settings unchanged: nothing to do (no-op)")
         record = ws.stage_record(LABEL_STAGE)

@@ -353,37 +353,14 @@ def dense_retrieve_flow(
     workspace: str | None = None,
 ) -> dict[str, Any]:
     """A dense or hybrid run into `runs` (the same stage and no-op rules as `odqa retrieve`)."""
-    from flows.retrieval import (
-        RETRIEVERS,
-        _check_run_name,
-        _questions_fingerprint,
-        _write_trec,
-        retrieve_task,
-        run_stage,
-    )
+    from flows.retrieval import run_retriever
 
     if retriever not in ("dense", "hybrid"):
         raise ValueError(f"retriever must be dense or hybrid, got {retriever!r}")
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    _check_run_name(run)
-    log = stage_logger()
-    ws = Workspace.resolve(workspace)
     options = {"model": model, "alpha": alpha, "index_type": index_type, "depth": depth, **_bm25_options({})}
-    config = RETRIEVERS[retriever][0](ws, options)
-    questions_fp = _questions_fingerprint(ws, dataset, split, ["question_id", "question"])
-    stage_fp = fingerprint(run_stage(run), retriever, dataset, split, k, config, questions_fp)
-    if ws.stage_is_current(run_stage(run), stage_fp):
-        log.info("run %s: same retriever, parameters and questions as before (no-op)", run)
-        report = {**ws.stage_record(run_stage(run)).report, "noop": True}
-    else:
-        report = {**retrieve_task(str(ws.root), retriever, dataset, split, run, k, options, config, stage_fp),
-                  "noop": False}  # fmt: skip
-    if trec:
-        report["trec"] = str(Path(trec).expanduser().resolve())
-        report["trec_rows"] = _write_trec(ws, run, trec)
-    log.info("retrieve %s: %s", run, report)
-    return report
+    return run_retriever(Workspace.resolve(workspace), retriever, dataset, split, run, k, options, trec)
 
 
 # --- hybrid weight --------------------------------------------------------------------------
@@ -411,7 +388,7 @@ def tune_hybrid_flow(
     R@k of every alpha to the ``metrics`` table (run ``tune-hybrid:<model key>``).
     """
     from flows.evaluation import match_mode
-    from flows.retrieval import _questions_fingerprint, load_questions, passage_texts
+    from flows.retrieval import load_questions, passage_texts, questions_fingerprint
     from pipelines.dense.hybrid import DEFAULT_ALPHAS, candidate_hits, recall_at_k
 
     log = stage_logger()
@@ -423,7 +400,7 @@ def tune_hybrid_flow(
     options = {"model": model, "index_type": index_type, "depth": depth}
     config = _dense_config(ws, options)
     stage = f"tune-hybrid:{ref.key}"
-    questions_fp = [_questions_fingerprint(ws, d, s, ["question_id", "question", "answers"]) for d, s in specs]
+    questions_fp = [questions_fingerprint(ws, d, s, ["question_id", "question", "answers"]) for d, s in specs]
     stage_fp = fingerprint(stage, config, specs, k, depth, questions_fp, ws.table_version("passages"))
     if ws.stage_is_current(stage, stage_fp) and stored_alpha(ws, ref) is not None:
         log.info("%s: same model, index and dev questions (no-op)", stage)
@@ -546,7 +523,7 @@ def mine_flow(
     """Mine P2 with MODEL (top-`depth` minus gold and answer-bearing passages, best `count` kept)
     and set the split's hard_negative_ids to P1 u P2 (single-set) or P2 (multi-set)."""
     from flows.evaluation import match_mode
-    from flows.retrieval import _questions_fingerprint, _rewrite_hard_negatives, load_questions, passage_texts
+    from flows.retrieval import load_questions, passage_texts, questions_fingerprint, rewrite_hard_negatives
     from pipelines.dense.mining import TRAINING_MODES, mine_hard_negatives, round_negatives
 
     if mode not in TRAINING_MODES:
@@ -557,7 +534,7 @@ def mine_flow(
     options = {"model": model, "index_type": index_type}
     config = _dense_config(ws, options)
     stage = f"mine:{dataset}:{split}"
-    questions_fp = _questions_fingerprint(ws, dataset, split, ["question_id", "question", "answers", "positive_ids"])
+    questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question", "answers", "positive_ids"])
     stage_fp = fingerprint(stage, config, mode, depth, count, questions_fp)
     if ws.stage_is_current(stage, stage_fp):
         log.info("%s: same model, questions and parameters (no-op)", stage)
@@ -575,7 +552,7 @@ def mine_flow(
     negatives = dict(zip(combined["question_id"].to_pylist(), combined["hard_negative_ids"].to_pylist(),
                          strict=True))  # fmt: skip
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
-        updated = _rewrite_hard_negatives(tx, dataset, split, negatives)
+        updated = rewrite_hard_negatives(tx, dataset, split, negatives)
         report = {"model": model, "dataset": dataset, "split": split, "mode": mode, "depth": depth, "count": count,
                   "questions": questions.num_rows, "questions_updated": updated,
                   "excluded_gold": mined.excluded_gold, "excluded_answer_bearing": mined.excluded_answer,
@@ -652,7 +629,7 @@ def qsft_flow(
     Answer matching needs passage texts, so the passages' text column is held in memory.
     """
     from flows.evaluation import match_mode
-    from flows.retrieval import _questions_fingerprint, load_questions
+    from flows.retrieval import load_questions, questions_fingerprint
     from models.base import replace_directory
     from pipelines.dense.qsft import QsftConfig, query_side_finetune
     from pipelines.dense.sharded_encoding import EncodedCorpus
@@ -667,7 +644,7 @@ def qsft_flow(
     params = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "warmup_steps": warmup_steps, "top_k": top_k,
               "seed": seed}  # fmt: skip
     stage = f"qsft-{model_id}"
-    questions_fp = [_questions_fingerprint(ws, d, s, ["question_id", "question", "answers"]) for d, s in specs]
+    questions_fp = [questions_fingerprint(ws, d, s, ["question_id", "question", "answers"]) for d, s in specs]
     stage_fp = fingerprint(stage, config, specs, params, questions_fp)
     target = ws.models_dir / model_id
     if ws.stage_is_current(stage, stage_fp) and (target / "config.json").is_file():

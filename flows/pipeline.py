@@ -262,9 +262,9 @@ def bm25_parallel_run_flow(
     processes or a Dask cluster); rows and stage record are those `odqa retrieve` writes."""
     from flows.retrieval import (
         _bm25_config,
-        _questions_fingerprint,
         evaluation_source,
         load_questions,
+        questions_fingerprint,
         run_source,
         run_stage,
     )
@@ -274,7 +274,7 @@ def bm25_parallel_run_flow(
     ws = Workspace.resolve(workspace)
     options = {"k1": DEFAULT_K1, "b": DEFAULT_B, "threads": os.cpu_count() or 1}
     config = _bm25_config(ws, options)
-    questions_fp = _questions_fingerprint(ws, dataset, split, ["question_id", "question"])
+    questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question"])
     stage_fp = fingerprint(run_stage(run), "bm25", dataset, split, k, config, questions_fp)
     if ws.stage_is_current(run_stage(run), stage_fp):
         log.info("run %s: same retriever, parameters and questions as before (no-op)", run)

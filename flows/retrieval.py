@@ -54,7 +54,7 @@ def bm25_index_path(ws: Workspace) -> Path:
     return ws.indexes_dir / BM25_INDEX
 
 
-def _check_run_name(run: str) -> str:
+def check_run_name(run: str) -> str:
     if not run or any(c.isspace() for c in run):
         raise ValueError(f"run name {run!r} must be non-empty and contain no whitespace (it is a TREC tag)")
     return run
@@ -169,7 +169,7 @@ def read_run(ws: Workspace, run: str) -> pa.Table:
     return table
 
 
-def _write_trec(ws: Workspace, run: str, out: str) -> int:
+def write_trec(ws: Workspace, run: str, out: str) -> int:
     target = Path(out).expanduser().resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     rows = read_run(ws, run).sort_by([("question_id", "ascending"), ("rank", "ascending")])
@@ -216,16 +216,27 @@ def retrieve_flow(
     workspace: str | None = None,
 ) -> dict[str, Any]:
     """Retrieve the top-k passages for every question of a dataset split into the `runs` table."""
-    log = stage_logger()
     if retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever {retriever!r}; available: {', '.join(sorted(RETRIEVERS))}")
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    _check_run_name(run)
-    ws = Workspace.resolve(workspace)
     options = {"k1": float(k1), "b": float(b), "threads": threads or os.cpu_count() or 1}
+    return run_retriever(Workspace.resolve(workspace), retriever, dataset, split, run, k, options, trec)
+
+
+def run_retriever(
+    ws: Workspace, retriever: str, dataset: str, split: str, run: str, k: int, options: dict[str, Any],
+    trec: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The retrieve stage for any registered retriever: no-op check, run rows, optional TREC file.
+
+    BM25 here and dense/hybrid in flows/dense.py share it, so every retriever follows the same
+    stage and no-op rules.
+    """
+    log = stage_logger()
+    check_run_name(run)
     config = RETRIEVERS[retriever][0](ws, options)
-    questions_fp = _questions_fingerprint(ws, dataset, split, ["question_id", "question"])
+    questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question"])
     stage_fp = fingerprint(run_stage(run), retriever, dataset, split, k, config, questions_fp)
     if ws.stage_is_current(run_stage(run), stage_fp):
         log.info("run %s: same retriever, parameters and questions as before (no-op)", run)
@@ -235,12 +246,12 @@ def retrieve_flow(
                   "noop": False}  # fmt: skip
     if trec:
         report["trec"] = str(Path(trec).expanduser().resolve())
-        report["trec_rows"] = _write_trec(ws, run, trec)
+        report["trec_rows"] = write_trec(ws, run, trec)
     log.info("retrieve %s: %s", run, report)
     return report
 
 
-def _questions_fingerprint(ws: Workspace, dataset: str, split: str, columns: list[str]) -> str:
+def questions_fingerprint(ws: Workspace, dataset: str, split: str, columns: list[str]) -> str:
     """Content hash of the columns a stage reads from one dataset split's questions."""
     table = load_questions(ws, dataset, split, columns).sort_by("question_id")
     return fingerprint(dataset, split, [table.column(c).to_pylist() for c in columns])
@@ -254,7 +265,7 @@ def import_run_flow(path: str, run: str, fmt: str = "trec", workspace: str | Non
     """Import an external run file (TREC format) into `runs` under the name RUN."""
     if fmt != "trec":
         raise ValueError(f"unknown run format {fmt!r}; expected 'trec'")
-    _check_run_name(run)
+    check_run_name(run)
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
@@ -297,7 +308,7 @@ def passage_texts(ws: Workspace, passage_ids: list[str], *, with_title: bool) ->
     return texts, len(wanted) - len(texts)
 
 
-def _rewrite_hard_negatives(tx: Any, dataset: str, split: str, negatives: dict[str, list[str]]) -> int:
+def rewrite_hard_negatives(tx: Any, dataset: str, split: str, negatives: dict[str, list[str]]) -> int:
     """Replace `hard_negative_ids` of the given questions in the parts that hold them.
 
     Each part keeps the source that imported it (storage's `rewrite`), so a later import of
@@ -343,7 +354,7 @@ def bm25_negatives_flow(
     columns = ["question_id", "question", "answers", "positive_ids"]
     stage = f"negatives-bm25:{dataset}:{split}"
     stage_fp = fingerprint(
-        stage, count, depth, k1, b, index.snapshot, _questions_fingerprint(ws, dataset, split, columns)
+        stage, count, depth, k1, b, index.snapshot, questions_fingerprint(ws, dataset, split, columns)
     )
     if ws.stage_is_current(stage, stage_fp):
         log.info("%s: same index, questions and parameters (no-op)", stage)
@@ -363,7 +374,7 @@ def bm25_negatives_flow(
     )
     found = [len(ids) for ids in negatives.values()]
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
-        updated = _rewrite_hard_negatives(tx, dataset, split, negatives)
+        updated = rewrite_hard_negatives(tx, dataset, split, negatives)
         report = {
             "dataset": dataset, "split": split, "count": count, "depth": depth, "questions": len(negatives),
             "questions_updated": updated, "with_full_count": sum(1 for n in found if n == count),

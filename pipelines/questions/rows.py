@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from storage.schemas import row_schema
 
-
 QUESTION_SCHEMA = row_schema("questions", without=())
 
 PASSAGE_SCHEMA = row_schema("passages", without=())
