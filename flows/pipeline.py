@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 
 from flows.runtime import stage_logger
 from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from flows.task_runners import RunnerKind, make_task_runner
+from flows.task_runners import RunnerSettings
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -137,16 +137,6 @@ class EvaluationSettings(BaseModel):
     zero_shot: bool = Field(default=True, description="Also evaluate the untrained base checkpoint")
     hybrid_with: str | None = Field(default="dpr", description="Architecture fused with BM25 (none: no hybrid)")
     index_type: str = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
-
-
-class RunnerSettings(BaseModel):
-    """Where data-parallel stages (BM25 retrieval batches) run."""
-
-    kind: RunnerKind = Field(default="threads", description="threads, processes or dask")
-    workers: int | None = Field(default=None, description="Workers of a local runner (default: CPU count)")
-    dask_address: str | None = Field(default=None, description="Dask scheduler address, e.g. tcp://host:8786 "
-                                     "(default: $ODQA_DASK_ADDRESS)")
-    bm25_batch: int = Field(default=64, ge=1, description="Questions per BM25 retrieval task")
 
 
 # --- stages and their cache keys -------------------------------------------------------------
@@ -301,8 +291,7 @@ def bm25_parallel_run_flow(
 
 def _bm25_run_stage(runner: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     settings = RunnerSettings(**runner)
-    task_runner = make_task_runner(settings.kind, settings.workers, settings.dask_address)
-    return bm25_parallel_run_flow.with_options(task_runner=task_runner)(batch=settings.bm25_batch, **kwargs)
+    return bm25_parallel_run_flow.with_options(task_runner=settings.task_runner())(batch=settings.bm25_batch, **kwargs)
 
 
 def _flow(module: str, name: str) -> Callable[..., Any]:

@@ -14,6 +14,7 @@ import os
 from typing import Literal
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
+from pydantic import BaseModel, Field
 
 DASK_ADDRESS_ENV = "ODQA_DASK_ADDRESS"
 RunnerKind = Literal["threads", "processes", "dask"]
@@ -42,3 +43,17 @@ def make_task_runner(kind: RunnerKind = "threads", workers: int | None = None, a
     if kind != "threads":
         raise ValueError(f"task runner must be threads, processes or dask, got {kind!r}")
     return ThreadPoolTaskRunner(max_workers=workers or os.cpu_count() or 1)
+
+
+class RunnerSettings(BaseModel):
+    """Where data-parallel stages run (a form in the Prefect UI of every flow that maps work)."""
+
+    kind: RunnerKind = Field(default="threads", description="threads, processes or dask")
+    workers: int | None = Field(default=None, description="Workers of a local runner (default: CPU count)")
+    dask_address: str | None = Field(default=None, description="Dask scheduler address, e.g. tcp://host:8786 "
+                                     "(default: $ODQA_DASK_ADDRESS)")
+    bm25_batch: int = Field(default=64, ge=1, description="Questions per BM25 retrieval task")
+
+    def task_runner(self) -> TaskRunner:
+        """The Prefect task runner these settings name."""
+        return make_task_runner(self.kind, self.workers, self.dask_address)

@@ -11,13 +11,13 @@ from flows.pipeline import (
     DomainSettings,
     EvaluationSettings,
     QuestionSettings,
-    RunnerSettings,
     SourceSettings,
     StageSpec,
     TrainingSettings,
     plan_stages,
     stage_key,
 )
+from flows.task_runners import RunnerSettings
 from pipelines.retrieval.java import JavaMissingError, check_java
 from storage import Workspace
 
