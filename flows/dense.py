@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from prefect import flow, task
 
 from flows.runtime import stage_logger
+from flows.task_runners import RunnerSettings
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -155,12 +156,30 @@ def encode_flow(
     batch_size: int = 128,
     dtype: str = "float32",
     precision: str = "auto",
+    runner: RunnerSettings | None = None,
 ) -> dict[str, Any]:
-    """Encode every passage with the model's passage encoder into resumable shards."""
+    """Encode every passage with the model's passage encoder into resumable shards.
+
+    Without a runner (and no ``$ODQA_DASK_ADDRESS``) one process encodes, or one per GPU; with
+    one, a task per shard runs on that runner (threads, processes, a Dask cluster). The
+    embeddings are the same either way.
+    """
     ws = Workspace.resolve(workspace)
-    report = encode_task(str(ws.root), model, shard_size, batch_size, dtype, precision)
+    report = _encode(ws, model, shard_size, batch_size, dtype, precision, runner)
     stage_logger().info("encode %s: %s", model, report)
     return report
+
+
+def _encode(ws: Workspace, model: str, shard_size: int, batch_size: int, dtype: str, precision: str,
+            runner: RunnerSettings | None) -> dict[str, Any]:  # fmt: skip
+    """Encode in process (`encode_task`) or, given a runner, one mapped task per shard."""
+    from flows.dense_parallel import encode_on_runner, mapping_runner
+
+    runner = mapping_runner(runner)
+    if runner is None:
+        return encode_task(str(ws.root), model, shard_size, batch_size, dtype, precision)
+    return encode_on_runner(runner, model=model, workspace=str(ws.root), shard_size=shard_size, batch_size=batch_size,
+                            dtype=dtype, precision=precision)  # fmt: skip
 
 
 # --- index ----------------------------------------------------------------------------------
@@ -202,12 +221,14 @@ def index_build_flow(
     shards_per_part: int | None = None,
     batch_size: int = 128,
     precision: str = "auto",
+    runner: RunnerSettings | None = None,
 ) -> dict[str, Any]:
-    """Build a FAISS index of the model's passage embeddings (encoding them first if needed)."""
+    """Build a FAISS index of the model's passage embeddings (encoding them first if needed,
+    on the runner if one is given: see `encode_flow`)."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     params = _index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
-    encoded = encode_task(str(ws.root), model, 50_000, batch_size, "float32", precision)
+    encoded = _encode(ws, model, 50_000, batch_size, "float32", precision, runner)
     report = index_task(str(ws.root), model, index_type, asdict(params))
     report["noop"] = bool(report["noop"] and encoded["noop"])
     log.info("index build %s: %s", model, report)
@@ -241,19 +262,10 @@ def _dense_candidates(ws: Workspace, questions: pa.Table, k: int, options: dict[
     ref = resolve_model(ws, _require(options, "model", "dense"))
     retriever = _load(ref.path)
     index = open_model_index(ws, ref, options.get("index_type") or "flat", retriever)
-    qids, texts = questions["question_id"].to_pylist(), questions["question"].to_pylist()
+    qids, texts = questions["question_id"].cast(pa.string()), questions["question"].to_pylist()
     for start in range(0, len(qids), QUESTION_CHUNK):
-        chunk_ids = qids[start:start + QUESTION_CHUNK]
         vectors = retriever.encode_questions(texts[start:start + QUESTION_CHUNK])
-        scores, ids = index.search(vectors, k)
-        found = ids != None  # noqa: E711 (object array: None marks a missing result)
-        ranks = np.broadcast_to(np.arange(1, k + 1, dtype=np.int32), ids.shape)
-        yield pa.table({
-            "question_id": pa.array(np.repeat(np.array(chunk_ids, dtype=object), k)[found.ravel()], pa.string()),
-            "passage_id": pa.array(ids[found], pa.string()),
-            "rank": pa.array(ranks[found], pa.int32()),
-            "score": pa.array(scores[found], pa.float32()),
-        })
+        yield index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
 
 
 def _dense_config(ws: Workspace, options: dict[str, Any]) -> dict[str, Any]:
@@ -519,12 +531,16 @@ def mine_flow(
     count: int = 30,
     index_type: str = "flat",
     workspace: str | None = None,
+    runner: RunnerSettings | None = None,
+    question_batch: int = 4 * QUESTION_CHUNK,
 ) -> dict[str, Any]:
     """Mine P2 with MODEL (top-`depth` minus gold and answer-bearing passages, best `count` kept)
-    and set the split's hard_negative_ids to P1 u P2 (single-set) or P2 (multi-set)."""
-    from flows.evaluation import match_mode
-    from flows.retrieval import load_questions, passage_texts, questions_fingerprint, rewrite_hard_negatives
-    from pipelines.dense.mining import TRAINING_MODES, mine_hard_negatives, round_negatives
+    and set the split's hard_negative_ids to P1 u P2 (single-set) or P2 (multi-set).
+
+    With a runner (or ``$ODQA_DASK_ADDRESS``) the questions are mined in mapped tasks of
+    `question_batch` questions on it; the negatives are the same either way."""
+    from flows.retrieval import load_questions, questions_fingerprint, rewrite_hard_negatives
+    from pipelines.dense.mining import TRAINING_MODES, round_negatives
 
     if mode not in TRAINING_MODES:
         raise ValueError(f"mode must be one of {TRAINING_MODES}, got {mode!r}")
@@ -541,12 +557,7 @@ def mine_flow(
         return {**ws.stage_record(stage).report, "noop": True}
     questions = load_questions(ws, dataset, split, columns)
     p1 = _first_round_negatives(ws, dataset, split, questions)
-    run = pa.concat_tables(list(_dense_candidates(ws, questions, depth, options)))
-    texts, missing = passage_texts(ws, run["passage_id"].to_pylist(), with_title=False)
-    if missing:
-        raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
-    mined = mine_hard_negatives(run, questions, texts, num_negatives=count, depth=depth,
-                                mode=match_mode(dataset, "auto"))  # fmt: skip
+    mined = _mine(ws, model, dataset, split, questions, depth, count, options, runner, question_batch)
     _write_parquet(mined.negatives, _negatives_file(ws, f"p2-{resolve_model(ws, model).key}-{dataset}-{split}"))
     combined = round_negatives(2, mode, p1, mined.negatives)  # type: ignore[arg-type]
     negatives = dict(zip(combined["question_id"].to_pylist(), combined["hard_negative_ids"].to_pylist(),
@@ -561,6 +572,26 @@ def mine_flow(
         tx.report = report
     log.info("%s: %s", stage, report)
     return {**report, "noop": False}
+
+
+def _mine(ws: Workspace, model: str, dataset: str, split: str, questions: pa.Table, depth: int, count: int,
+          options: dict[str, Any], runner: RunnerSettings | None, question_batch: int) -> Any:  # fmt: skip
+    """Hard negatives of the split (a MiningResult): in process, or in mapped batches on a runner."""
+    from flows.dense_parallel import mapping_runner, mine_on_runner
+    from flows.evaluation import match_mode
+    from flows.retrieval import passage_texts
+    from pipelines.dense.mining import mine_hard_negatives
+
+    runner = mapping_runner(runner)
+    if runner is not None:
+        return mine_on_runner(runner, model=model, dataset=dataset, split=split, depth=depth, count=count,
+                              index_type=options["index_type"], batch=question_batch, workspace=str(ws.root))  # fmt: skip
+    run = pa.concat_tables(list(_dense_candidates(ws, questions, depth, options)))
+    texts, missing = passage_texts(ws, run["passage_id"].to_pylist(), with_title=False)
+    if missing:
+        raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
+    return mine_hard_negatives(run, questions, texts, num_negatives=count, depth=depth,
+                               mode=match_mode(dataset, "auto"))  # fmt: skip
 
 
 @flow(name="hard-negative-rounds")
@@ -580,6 +611,7 @@ def negative_rounds_flow(
     count: int = 30,
     index_type: str = "flat",
     workspace: str | None = None,
+    runner: RunnerSettings | None = None,
 ) -> dict[str, Any]:
     """TASER appendix B: round 1 trains on BM25 + in-batch negatives (P1); its model mines P2 for
     every training split (top `depth` of its own index); round 2 trains the final model (MODEL_ID)
@@ -597,9 +629,10 @@ def negative_rounds_flow(
         if not _negatives_file(ws, f"p1-{name}-{split}").is_file():
             bm25_negatives_flow(dataset=name, split=split, count=1, workspace=str(ws.root))
     round1 = train_flow(model_id=f"{model_id}-round1", **common)
-    index_build_flow(model=f"{model_id}-round1", index_type=index_type, workspace=str(ws.root))
+    index_build_flow(model=f"{model_id}-round1", index_type=index_type, workspace=str(ws.root), runner=runner)
     mined = [mine_flow(model=f"{model_id}-round1", dataset=name, split=split, mode=mode, depth=depth, count=count,
-                       index_type=index_type, workspace=str(ws.root)) for name, split, _ in specs]  # fmt: skip
+                       index_type=index_type, workspace=str(ws.root), runner=runner)
+             for name, split, _ in specs]  # fmt: skip
     round2 = train_flow(model_id=model_id, **common)
     return {"round1": round1.get("model_id", f"{model_id}-round1"), "mined": mined, "model": model_id,
             "round2": round2, "noop": bool(round1.get("noop") and round2.get("noop")

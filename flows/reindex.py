@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from prefect import flow, task
 
 from flows.runtime import stage_logger
+from flows.task_runners import RunnerSettings
 from storage import Workspace
 from storage.snapshot import atomic_write_text
 
@@ -182,6 +183,29 @@ def encode_task(workspace: str, model: str, target: str, passages_version: str, 
             "model_fingerprint": retriever.config_fingerprint()}  # fmt: skip
 
 
+def _encode_release(ws: Workspace, model: str, target: str, passages_version: str, batch_size: int, shard_size: int,
+                    runner: RunnerSettings | None) -> dict[str, Any]:  # fmt: skip
+    """The release's embeddings: in process (`encode_task`), or one mapped task per shard on the
+    runner (or the Dask cluster of `$ODQA_DASK_ADDRESS`); the same vectors either way."""
+    from flows.dense_parallel import encode_on_runner, mapping_runner
+    from pipelines.dense.sharded_encoding import read_manifest
+
+    runner = mapping_runner(runner)
+    if runner is None:
+        return encode_task(str(ws.root), model, target, passages_version, batch_size, shard_size)
+    started = time.perf_counter()
+    report = encode_on_runner(runner, model=model, workspace=str(ws.root), shard_size=shard_size,
+                              batch_size=batch_size, out_dir=target)  # fmt: skip
+    seconds = time.perf_counter() - started
+    manifest = read_manifest(target)
+    if manifest is None or manifest.corpus_fingerprint != passages_version:
+        raise RuntimeError(f"the passages changed while re-indexing (expected snapshot {passages_version}); run it again")
+    passages = report["passages"]
+    return {"encoded_passages": passages, "encode_seconds": round(seconds, 3),
+            "passages_per_second": round(passages / seconds, 1) if seconds else None,
+            "model_fingerprint": manifest.model_fingerprint}  # fmt: skip
+
+
 @task(name="reindex-faiss", tags=["gpu"])
 def build_faiss_task(embeddings: str, target: str, index_type: str) -> dict[str, Any]:
     from pipelines.dense.faiss_index import build_index
@@ -214,8 +238,12 @@ def reindex_flow(
     threads: int | None = None,
     batch_size: int = 64,
     shard_size: int = 50_000,
+    runner: RunnerSettings | None = None,
 ) -> dict[str, Any]:
-    """Ingest a new dump or passages delta, build BM25 + FAISS side by side, switch `current`."""
+    """Ingest a new dump or passages delta, build BM25 + FAISS side by side, switch `current`.
+
+    The passages are encoded in process, or with a runner (or `$ODQA_DASK_ADDRESS`) one task per
+    shard on it (see `flows.dense.encode_flow`)."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     if not (bm25 or dense):
@@ -252,8 +280,8 @@ def reindex_flow(
                 figures.update(build_bm25_task(str(ws.root), str(building / "bm25"), version,
                                                threads or os.cpu_count() or 1))  # fmt: skip
             if dense:
-                figures.update(encode_task(str(ws.root), chosen, str(building / "embeddings"), version, batch_size,
-                                           shard_size))  # fmt: skip
+                figures.update(_encode_release(ws, chosen, str(building / "embeddings"), version, batch_size,
+                                               shard_size, runner))  # fmt: skip
                 figures.update(build_faiss_task(str(building / "embeddings"), str(building / index_type), index_type))
             record = {"release": release, "passages_version": version, "model": chosen, "bm25": bm25,
                       "index_type": index_type if dense else None,

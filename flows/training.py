@@ -169,8 +169,12 @@ def train_flow(
     freeze: str | None = None,
     num_experts: int | None = None,
     warmup_steps: int | None = None,
+    amp: str = "auto",
 ) -> dict[str, Any]:
-    """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID."""
+    """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
+
+    `amp`: "auto" (bf16/fp16 autocast on GPU, full precision on CPU), "bf16" (also on CPU: about
+    2x faster per step on CPUs with bf16 matrix units), "fp16" (GPU only) or "none"."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     if arch not in ARCHS:
@@ -205,6 +209,9 @@ def train_flow(
         "freeze": freeze,
         "num_experts": num_experts,
         "warmup_steps": warmup_steps,
+        # Only a non-default amp enters the fingerprint, so models trained before the option
+        # existed (always the default) stay current.
+        **({"amp": amp} if amp != "auto" else {}),
     }
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(
@@ -253,6 +260,7 @@ def train_flow(
         "objective": objective,
         "temperature": temperature,
         "warmup_steps": warmup_steps,
+        "amp": amp,
     }
     job = TrainingJob(
         arch=arch,

@@ -3,20 +3,39 @@
 The stage is keyed on the dump's content hash and the parameters: re-running it on the same file
 with the same options is a no-op, and a new dump replaces the previous Wikipedia rows in one
 atomic commit. Chunks are staged as they finish, so a killed ingest resumes where it stopped.
+
+Where chunks are cleaned: without a runner, in a local process pool beside the reader (the fastest
+on one machine: forked workers, no orchestration per chunk). With `runner` (or a Dask address
+in `$ODQA_DASK_ADDRESS`), one Prefect task per chunk mapped over that task runner (threads,
+processes or a Dask cluster): the flow still reads the dump and writes the chunks in order as the
+same resumable groups, so both paths give the same rows in the same order.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
 from tqdm.auto import tqdm
 
 from flows.runtime import stage_logger
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+from flows.task_runners import RunnerSettings, dask_address
+from pipelines.wikipedia.dump_reader import RawPage
+from pipelines.wikipedia.ingest import (
+    ChunkResult,
+    IngestOptions,
+    iter_chunks,
+    iter_raw_chunks,
+    ordered_results,
+    process_chunk,
+)
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -24,6 +43,12 @@ STAGE = "ingest-wikipedia"
 SOURCE = "wikipedia"
 TABLES = ("articles", "passages", "category_links")
 MAX_PROBLEMS_REPORTED = 20
+#: Chunks in flight per worker of the task runner: enough to keep every worker busy while the
+#: flow reads the next chunk, few enough that memory stays flat on a dump of any size.
+IN_FLIGHT_PER_WORKER = 2
+
+#: `chunks(start_chunk)`: the dump's processed chunks from `start_chunk` on, in chunk order.
+ChunkSource = Callable[[int], Iterator[ChunkResult]]
 
 
 def dump_fingerprint(dump: Path, options: IngestOptions) -> str:
@@ -32,8 +57,19 @@ def dump_fingerprint(dump: Path, options: IngestOptions) -> str:
     return fingerprint(STAGE, file_sha256(dump), params)
 
 
-def ingest_dump(ws: Workspace, dump: Path, options: IngestOptions, stage_fingerprint: str) -> dict[str, Any]:
-    """Stream the dump chunk by chunk into one resumable transaction; return the stage report."""
+def ingest_dump(
+    ws: Workspace,
+    dump: Path,
+    options: IngestOptions,
+    stage_fingerprint: str,
+    chunks: ChunkSource | None = None,
+) -> dict[str, Any]:
+    """Stream the dump chunk by chunk into one resumable transaction; return the stage report.
+
+    `chunks` processes the chunks (default: `iter_chunks`, the local process pool); whatever
+    processes them, they are written here, in chunk order, one resumable group each.
+    """
+    chunks = chunks or (lambda start: iter_chunks(dump, options, start_chunk=start))
     counts: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     with ws.transaction(STAGE, fingerprint=stage_fingerprint, resumable=True) as tx:
@@ -46,7 +82,7 @@ def ingest_dump(ws: Workspace, dump: Path, options: IngestOptions, stage_fingerp
             skipped.update(meta["skipped"])
             resumed += 1
         progress = tqdm(desc=f"ingest {dump.name}", unit=" pages", disable=None)
-        for chunk in iter_chunks(dump, options, start_chunk=resumed):
+        for chunk in chunks(resumed):
             tx.write_group(
                 _chunk_key(chunk.index),
                 {
@@ -70,7 +106,9 @@ def ingest_dump(ws: Workspace, dump: Path, options: IngestOptions, stage_fingerp
         }
         if problems:  # defects of the input, one line per page, so a user can find them
             report["problems"] = problems[:MAX_PROBLEMS_REPORTED] + (
-                [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"] if len(problems) > MAX_PROBLEMS_REPORTED else []
+                [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"]
+                if len(problems) > MAX_PROBLEMS_REPORTED
+                else []
             )
         tx.report = report
     snapshot = ws.snapshot()
@@ -99,8 +137,57 @@ def fingerprint_dump_task(dump: str, options: dict[str, Any]) -> str:
 
 
 @task(name="ingest-dump-chunks", tags=["cpu-parallel"])
-def ingest_dump_task(workspace: str, dump: str, options: dict[str, Any], stage_fingerprint: str) -> dict[str, Any]:
+def ingest_dump_task(
+    workspace: str, dump: str, options: dict[str, Any], stage_fingerprint: str
+) -> dict[str, Any]:
     return ingest_dump(Workspace.resolve(workspace), Path(dump), IngestOptions(**options), stage_fingerprint)
+
+
+@task(name="clean-wikipedia-chunk", tags=["cpu-parallel"], cache_policy=NO_CACHE, persist_result=False)
+def clean_chunk_task(pages: list[RawPage], options: dict[str, Any], index: int) -> ChunkResult:
+    """Clean and split one chunk of raw pages wherever the task runner puts it (a thread, a
+    process, a Dask worker on another machine): it gets the pages themselves, not the dump."""
+    return process_chunk(pages, IngestOptions(**options), index)
+
+
+def runner_slots(settings: RunnerSettings) -> int:
+    """How many chunks the current flow's task runner cleans at once (Dask: its worker threads)."""
+    context = FlowRunContext.get()
+    client = getattr(context.task_runner, "client", None) if context else None  # DaskTaskRunner
+    if client is not None:
+        return max(1, sum(client.nthreads().values()))
+    return settings.workers or os.cpu_count() or 1
+
+
+@flow(name="ingest-wikipedia-chunks")
+def ingest_chunks_flow(
+    workspace: str, dump: str, options: dict[str, Any], stage_fingerprint: str, runner: RunnerSettings
+) -> dict[str, Any]:
+    """The ingest with one `clean-wikipedia-chunk` task per chunk on this flow's task runner.
+
+    The flow reads the dump (sequential and cheap), keeps a bounded number of chunks in flight
+    and writes their results strictly in chunk order, like the local pool does.
+    """
+    path, opts = Path(dump), IngestOptions(**options)
+    in_flight = IN_FLIGHT_PER_WORKER * runner_slots(runner)
+
+    def mapped(start: int) -> Iterator[ChunkResult]:
+        raw = iter_raw_chunks(path, opts, start_chunk=start)
+        return ordered_results(
+            raw, lambda index, pages: clean_chunk_task.submit(pages, options, index), in_flight
+        )
+
+    return ingest_dump(Workspace.resolve(workspace), path, opts, stage_fingerprint, chunks=mapped)
+
+
+def chunk_runner(runner: RunnerSettings | None) -> RunnerSettings | None:
+    """The task runner settings chunks go to, or None for the local process pool.
+
+    No runner given: the local pool, unless `$ODQA_DASK_ADDRESS` names a cluster to use.
+    """
+    if runner is None and dask_address():
+        return RunnerSettings()
+    return runner
 
 
 @flow(name="ingest-wikipedia")
@@ -110,19 +197,33 @@ def ingest_wikipedia_flow(
     words_per_passage: int = 100,
     keep_lists: bool = True,
     workers: int = 2,
+    chunk_pages: int = 1000,
+    runner: RunnerSettings | None = None,
 ) -> dict[str, Any]:
-    """Ingest a MediaWiki XML export (.xml / .xml.bz2, multistream too) into the workspace."""
+    """Ingest a MediaWiki XML export (.xml / .xml.bz2, multistream too) into the workspace.
+
+    `workers`: processes of the local cleaning pool (used when no task runner is given).
+    `chunk_pages`: pages per chunk, the unit of parallel work and of resumption.
+    `runner`: clean chunks as tasks on this task runner (threads, processes, a Dask cluster).
+    """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     path = Path(dump).expanduser().resolve()
     if not path.is_file():
         raise FileNotFoundError(f"dump not found: {path}")
-    options = IngestOptions(words_per_passage=words_per_passage, keep_lists=keep_lists, workers=workers)
+    options = IngestOptions(
+        words_per_passage=words_per_passage, keep_lists=keep_lists, workers=workers, chunk_pages=chunk_pages
+    )
     stage_fp = fingerprint_dump_task(str(path), asdict(options))
     if ws.stage_is_current(STAGE, stage_fp):
         log.info("%s: unchanged dump and options, nothing to do (no-op)", path.name)
         record = ws.stage_record(STAGE)
         return {**(record.report if record else {}), "noop": True}
-    report = ingest_dump_task(str(ws.root), str(path), asdict(options), stage_fp)
+    settings = chunk_runner(runner)
+    if settings is None:
+        report = ingest_dump_task(str(ws.root), str(path), asdict(options), stage_fp)
+    else:
+        mapped = ingest_chunks_flow.with_options(task_runner=settings.task_runner())
+        report = mapped(str(ws.root), str(path), asdict(options), stage_fp, settings)
     log.info("ingested %s: %s", path.name, report)
     return {**report, "noop": False}

@@ -130,13 +130,14 @@ class SpecializedFFN(nn.Module):
         self.context.probabilities.append(probabilities)
 
     def _dispatch(self, rows: torch.Tensor, choice: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """Run each expert only on the rows routed to it (sparse activation)."""
-        out = torch.zeros_like(rows)
+        """Run each expert only on the rows routed to it (sparse activation); the rows are
+        written in place into one output buffer rather than copying it once per expert."""
+        out = torch.empty_like(rows)
         for index, expert in enumerate(self.experts):
             selected = (choice == index).nonzero(as_tuple=True)[0]
             if selected.numel() == 0:
                 continue
-            out = out.index_copy(0, selected, expert(rows[selected], gate[selected]).to(out.dtype))
+            out.index_copy_(0, selected, expert(rows[selected], gate[selected]).to(out.dtype))
         return out
 
 

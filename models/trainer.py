@@ -1,7 +1,9 @@
 """Training loop for every retriever: contrastive objectives, multi-set data, exact resume, DDP.
 
 - AdamW with linear warmup and linear decay to zero, gradient clipping, gradient accumulation.
-- AMP on GPU (bf16 where supported, else fp16 with a loss scaler); full precision on CPU.
+- AMP on GPU (bf16 where supported, else fp16 with a loss scaler). On CPU, `amp="auto"` keeps
+  full precision (results then do not depend on the CPU model); `amp="bf16"` opts into bf16
+  autocast, about 2x faster per step on CPUs with native bf16 matrix units (AMX, AVX512-BF16).
 - In-batch negatives: each question is scored against the positives and hard negatives of the
   whole (global, under torchrun) micro-batch.
 - Dev R@K every `eval_every` steps and at the end; the best model is kept in `<output>/best`.
@@ -17,6 +19,7 @@ import random
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ from tqdm.auto import tqdm
 
 from models.base import WEIGHTS_NAME, Retriever, load_weights, replace_directory
 from models.config import DESIRE_ME_ARCHS
-from models.data import MultiSetSampler, TrainingExample, collate, derived_seed
+from models.data import Batch, MultiSetSampler, TrainingExample, collate, derived_seed
 from models.dev_eval import DevEvaluator
 from models.distributed import DistributedContext, barrier, gather_with_local_grad, init_distributed
 from models.losses import OBJECTIVES, objective
@@ -151,12 +154,94 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
-    if device.type != "cuda" or mode == "none":
+def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of `mode` on `device`, or None for full precision."""
+    if mode == "none":
         return None
-    if mode == "bf16" or (mode == "auto" and torch.cuda.is_bf16_supported()):
+    if device.type == "cuda":
+        if mode == "bf16" or (mode == "auto" and torch.cuda.is_bf16_supported()):
+            return torch.bfloat16
+        return torch.float16
+    if mode == "bf16":
         return torch.bfloat16
-    return torch.float16
+    if mode == "fp16":
+        raise ValueError(f"amp='fp16' needs a CUDA device (got {device}); use amp='bf16' on CPU")
+    return None
+
+
+def wrap_for_training(model: Retriever, context: DistributedContext) -> nn.Module:
+    """The module the training step calls: `model` itself, or its DDP wrapper under torchrun.
+
+    Learned TASER routing may leave an expert unused in a batch, so DDP must look for unused
+    parameters there; every other architecture uses all its trainable parameters each step.
+    Gradients are views into DDP's all-reduce buckets, which saves copying every gradient into
+    a bucket and back each step (see `zero_gradients`)."""
+    if not context.enabled:
+        return model
+    learned_routing = model.config.taser is not None and model.config.taser.routing != "det"
+    return DistributedDataParallel(
+        model,
+        device_ids=[context.device.index] if context.device.type == "cuda" else None,
+        find_unused_parameters=learned_routing,
+        gradient_as_bucket_view=True,
+    )
+
+
+def zero_gradients(optimizer: torch.optim.Optimizer, context: DistributedContext) -> None:
+    """Clear gradients before a step: freed in a single process (backward then writes fresh
+    ones instead of adding to zeros); zeroed in place under DDP, where they are bucket views
+    that setting them to None would detach, bringing the bucket copies back."""
+    optimizer.zero_grad(set_to_none=not context.enabled)
+
+
+def forward_backward(
+    wrapped: nn.Module,
+    batch: Batch,
+    context: DistributedContext,
+    loss_function: Callable[..., torch.Tensor],
+    temperature: float,
+    amp: torch.dtype | None,
+    scaler: torch.amp.GradScaler,
+    accumulation_steps: int = 1,
+    sync: bool = True,
+) -> tuple[float, dict[str, float]]:
+    """Forward, contrastive loss over the (global) in-batch and hard negatives, backward.
+
+    Gradients accumulate into `.grad`; with `sync=False` under DDP they stay local (no_sync),
+    for all micro-batches but the last of an accumulated optimizer step."""
+    no_sync = wrapped.no_sync() if (context.enabled and not sync) else contextlib.nullcontext()
+    with no_sync:
+        with torch.autocast(context.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            output = wrapped(batch.question_inputs, batch.passage_inputs, batch.domain_targets)
+        questions, _ = gather_with_local_grad(output.questions.float(), context)
+        passages, offset = gather_with_local_grad(output.passages.float(), context)
+        targets, _ = gather_with_local_grad(batch.positive_index + offset, context)
+        similarity_loss = loss_function(questions, passages, targets, temperature)
+        # Each rank back-propagates into its own shard only; DDP averages, so scale back up.
+        loss = similarity_loss * context.world_size
+        total = similarity_loss.detach()
+        if output.aux_loss is not None:
+            loss = loss + output.aux_loss
+            total = total + output.aux_loss.detach()
+        scaler.scale(loss / accumulation_steps).backward()
+    return float(total), output.stats
+
+
+def optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    learning_rate: float,
+    max_grad_norm: float,
+) -> None:
+    """Set the learning rate, unscale, clip the global norm of the optimizer's gradients, update."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+    scaler.unscale_(optimizer)
+    if max_grad_norm > 0:
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
 
 
 class Trainer:
@@ -191,14 +276,7 @@ class Trainer:
         seed_everything(config.seed)
         model = self.retriever.to(context.device)
         model.train()
-        wrapped: nn.Module = model
-        if context.enabled:
-            learned_routing = model.config.taser is not None and model.config.taser.routing != "det"
-            wrapped = DistributedDataParallel(
-                model,
-                device_ids=[context.device.index] if context.device.type == "cuda" else None,
-                find_unused_parameters=learned_routing,
-            )
+        wrapped = wrap_for_training(model, context)
         optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, context.device)
         micro = config.batch_size * context.world_size
         per_step = micro * config.accumulation_steps
@@ -211,8 +289,8 @@ class Trainer:
         total = config.max_steps or config.epochs * steps_per_epoch
         warmup = config.warmup_steps if config.warmup_steps is not None else total // 10
         schedule = WarmupLinearSchedule(warmup, total)
-        amp_dtype = _amp_dtype(config.amp, context.device)
-        scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+        autocast_dtype = amp_dtype(config.amp, context.device)
+        scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype == torch.float16)
 
         state: dict[str, Any] = {
             "step": 0,
@@ -236,7 +314,7 @@ class Trainer:
         started, seen, last_loss = time.perf_counter(), 0, float("nan")
         end = total if stop_at_step is None else min(total, stop_at_step)
         while state["step"] < end:
-            optimizer.zero_grad(set_to_none=True)
+            zero_gradients(optimizer, context)
             step_loss, stats = 0.0, {}
             for part in range(config.accumulation_steps):
                 if state["position"] + micro > len(epoch_order):
@@ -250,11 +328,12 @@ class Trainer:
                 examples = [self.data.example(pair) for pair in mine]
                 sync = part == config.accumulation_steps - 1 or not context.enabled
                 loss_value, stats = self._micro_step(
-                    wrapped, examples, batch_seed, context, amp_dtype, scaler, sync
+                    wrapped, examples, batch_seed, context, autocast_dtype, scaler, sync
                 )
                 step_loss += loss_value / config.accumulation_steps
                 seen += micro
-            self._optimizer_step(model, optimizer, scaler, schedule.factor(state["step"]))
+            learning_rate = config.learning_rate * schedule.factor(state["step"])
+            optimizer_step(optimizer, scaler, learning_rate, config.max_grad_norm)
             state["step"] += 1
             last_loss = step_loss
             if state["step"] % config.log_every == 0 or state["step"] == total:
@@ -295,43 +374,22 @@ class Trainer:
         examples: list[TrainingExample],
         batch_seed: int,
         context: DistributedContext,
-        amp_dtype: torch.dtype | None,
+        amp: torch.dtype | None,
         scaler: torch.amp.GradScaler,
         sync: bool,
     ) -> tuple[float, dict[str, float]]:
         batch = collate(self.retriever, examples, self.config.hard_negatives, batch_seed, self.domains)
-        batch = batch.to(context.device)
-        no_sync = wrapped.no_sync() if (context.enabled and not sync) else contextlib.nullcontext()
-        with no_sync:
-            with torch.autocast(
-                context.device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None
-            ):
-                output = wrapped(batch.question_inputs, batch.passage_inputs, batch.domain_targets)
-            questions, _ = gather_with_local_grad(output.questions.float(), context)
-            passages, offset = gather_with_local_grad(output.passages.float(), context)
-            targets, _ = gather_with_local_grad(batch.positive_index + offset, context)
-            similarity_loss = self.loss_function(questions, passages, targets, self.temperature)
-            # Each rank back-propagates into its own shard only; DDP averages, so scale back up.
-            loss = similarity_loss * context.world_size
-            total = similarity_loss.detach()
-            if output.aux_loss is not None:
-                loss = loss + output.aux_loss
-                total = total + output.aux_loss.detach()
-            scaler.scale(loss / self.config.accumulation_steps).backward()
-        return float(total), output.stats
-
-    def _optimizer_step(
-        self, model: Retriever, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, factor: float
-    ) -> None:
-        for group in optimizer.param_groups:
-            group["lr"] = self.config.learning_rate * factor
-        scaler.unscale_(optimizer)
-        if self.config.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(
-                [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
-            )
-        scaler.step(optimizer)
-        scaler.update()
+        return forward_backward(
+            wrapped,
+            batch.to(context.device),
+            context,
+            self.loss_function,
+            self.temperature,
+            amp,
+            scaler,
+            self.config.accumulation_steps,
+            sync,
+        )
 
     # --- evaluation and checkpoints ------------------------------------------------------------
     def _evaluate(self, model: Retriever, state: dict[str, Any], context: DistributedContext) -> None:

@@ -7,6 +7,7 @@ import click
 
 from flows.cli.groups import main, workspace_arg
 from flows.cli.report import echo_report
+from flows.cli.runner_options import runner_options, runner_settings
 
 MODEL_HELP = "Model id of the models table, or a Hugging Face name / model folder."
 INDEX_TYPES = ["flat", "hnsw", "ivfpq"]
@@ -21,13 +22,19 @@ INDEX_TYPES = ["flat", "hnsw", "ivfpq"]
               help="Stored vector type.")  # fmt: skip
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
               help="Compute precision (auto: bf16/fp16 on GPU, fp32 on CPU).")  # fmt: skip
+@runner_options
 @click.pass_context
-def encode(ctx: click.Context, model: str, shard_size: int, batch_size: int, dtype: str, precision: str) -> None:
-    """Encode every passage with MODEL's passage encoder (resumable; a no-op when current)."""
+def encode(ctx: click.Context, model: str, shard_size: int, batch_size: int, dtype: str, precision: str,
+           runner: str | None, runner_workers: int | None, dask_address: str | None) -> None:  # fmt: skip
+    """Encode every passage with MODEL's passage encoder (resumable; a no-op when current).
+
+    By default one process encodes (one per GPU when there are several); `--runner` /
+    `--dask-address` map one task per shard over a Prefect task runner instead."""
     from flows.dense import encode_flow
 
     report = encode_flow(model=model, workspace=workspace_arg(ctx), shard_size=shard_size, batch_size=batch_size,
-                         dtype=dtype, precision=precision)  # fmt: skip
+                         dtype=dtype, precision=precision,
+                         runner=runner_settings(runner, runner_workers, dask_address))  # fmt: skip
     echo_report("encode", report)
 
 
@@ -45,14 +52,18 @@ def index_group() -> None:
 @click.option("--pq-m", type=click.IntRange(min=1), default=None, help="PQ sub-quantizers (default dim/8).")
 @click.option("--shards-per-part", type=click.IntRange(min=1), default=None,
               help="Split the index into parts of this many embedding shards (searched with a top-k merge).")  # fmt: skip
+@runner_options
 @click.pass_context
 def index_build(ctx: click.Context, model: str, index_type: str, hnsw_m: int | None, nlist: int | None,
-                pq_m: int | None, shards_per_part: int | None) -> None:  # fmt: skip
-    """Build the index (encoding the passages first when their embeddings are missing or stale)."""
+                pq_m: int | None, shards_per_part: int | None, runner: str | None, runner_workers: int | None,
+                dask_address: str | None) -> None:  # fmt: skip
+    """Build the index (encoding the passages first when their embeddings are missing or stale;
+    the runner options apply to that encoding)."""
     from flows.dense import index_build_flow
 
     report = index_build_flow(model=model, index_type=index_type, workspace=workspace_arg(ctx), hnsw_m=hnsw_m,
-                              nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part)  # fmt: skip
+                              nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part,
+                              runner=runner_settings(runner, runner_workers, dask_address))  # fmt: skip
     echo_report("index build", report)
 
 
@@ -109,14 +120,19 @@ def search(ctx: click.Context, questions: tuple[str, ...], retriever: str | None
 @click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True, help="Passages retrieved.")
 @click.option("--count", type=click.IntRange(min=1), default=30, show_default=True, help="Mined negatives kept.")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
+@click.option("--question-batch", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Questions per mining task on a task runner.")  # fmt: skip
+@runner_options
 @click.pass_context
 def mine(ctx: click.Context, model: str, dataset: str, split: str, mode: str, depth: int, count: int,
-         index_type: str) -> None:  # fmt: skip
+         index_type: str, question_batch: int, runner: str | None, runner_workers: int | None,
+         dask_address: str | None) -> None:  # fmt: skip
     """Hard negatives from MODEL's top passages (no gold, no answer-bearing) into hard_negative_ids."""
     from flows.dense import mine_flow
 
     report = mine_flow(model=model, dataset=dataset, split=split, mode=mode, depth=depth, count=count,
-                       index_type=index_type, workspace=workspace_arg(ctx))  # fmt: skip
+                       index_type=index_type, workspace=workspace_arg(ctx), question_batch=question_batch,
+                       runner=runner_settings(runner, runner_workers, dask_address))  # fmt: skip
     echo_report("mine", report)
 
 

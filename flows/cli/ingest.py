@@ -6,19 +6,28 @@ import click
 
 from flows.cli.groups import ingest_group, workspace_arg
 from flows.cli.report import echo_report
+from flows.cli.runner_options import runner_options, runner_settings
 
 
 @ingest_group.command("wikipedia")
 @click.argument("dump", type=click.Path(exists=True, dir_okay=False))
 @click.option("--words", "words_per_passage", default=100, show_default=True, help="Words per passage (DPR: 100).")
 @click.option("--keep-lists/--drop-lists", default=True, show_default=True, help="Keep bulleted/numbered list text.")
-@click.option("--workers", default=2, show_default=True, help="Cleaner processes.")
+@click.option("--workers", default=2, show_default=True, help="Processes of the local cleaning pool (no --runner).")
+@click.option("--chunk-pages", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Pages per cleaning task.")
+@runner_options
 @click.pass_context
-def ingest_wikipedia(ctx: click.Context, dump: str, words_per_passage: int, keep_lists: bool, workers: int) -> None:
-    """Ingest DUMP (.xml or .xml.bz2, multistream too): every page, clean passages, category links."""
+def ingest_wikipedia(ctx: click.Context, dump: str, words_per_passage: int, keep_lists: bool, workers: int,
+                     chunk_pages: int, runner: str | None, runner_workers: int | None, dask_address: str | None) -> None:
+    """Ingest DUMP (.xml or .xml.bz2, multistream too): every page, clean passages, category links.
+
+    By default pages are cleaned by a local process pool; `--runner` / `--dask-address` map the
+    page chunks over a Prefect task runner instead (a Dask cluster for several machines)."""
     from flows.wikipedia import ingest_wikipedia_flow
 
     report = ingest_wikipedia_flow(
-        dump=dump, workspace=workspace_arg(ctx), words_per_passage=words_per_passage, keep_lists=keep_lists, workers=workers
-    )
+        dump=dump, workspace=workspace_arg(ctx), words_per_passage=words_per_passage, keep_lists=keep_lists,
+        workers=workers, chunk_pages=chunk_pages, runner=runner_settings(runner, runner_workers, dask_address),
+    )  # fmt: skip
     echo_report("ingest wikipedia", report)

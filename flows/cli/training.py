@@ -104,6 +104,9 @@ ARCH_CHOICES = [
     "--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs (>1 runs torchrun DDP)."
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "none"]), default="auto", show_default=True,
+              help="Mixed precision: auto = bf16/fp16 on GPU, fp32 on CPU; bf16 also works on CPU (faster with "
+                   "bf16 units); fp16 needs a GPU.")  # fmt: skip
 @click.option(
     "--resume", is_flag=True, help="Continue an interrupted run of this model id from its checkpoint."
 )
@@ -138,6 +141,7 @@ def train(
     eval_every: int | None,
     gpus: int,
     seed: int,
+    amp: str,
     resume: bool,
     qsft: bool,
     index_type: str,
@@ -182,5 +186,6 @@ def train(
         freeze=freeze,
         num_experts=num_experts,
         warmup_steps=warmup_steps,
+        amp=amp,
     )
     echo_report(f"train {model_id}", report)

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,7 +46,6 @@ INDEX_TYPES: tuple[IndexType, ...] = ("flat", "hnsw", "ivfpq")
 META_NAME = "index.json"
 IDS_NAME = "ids.parquet"
 FORMAT_VERSION = 1
-OBJECT_IDS_LIMIT = 5_000_000  # passages whose ids are kept as Python strings for fast lookup
 
 
 class StaleIndexError(RuntimeError):
@@ -262,17 +262,19 @@ def build_index(
 
 
 class DenseIndex:
-    """A loaded index: search query vectors, get inner-product scores and passage ids."""
+    """A loaded index: search query vectors, get inner-product scores and passage ids.
+
+    Passage ids stay one Arrow array in index-row order; results map rows to ids with Arrow's
+    ``take`` (a vectorised gather of string offsets and bytes), so a search never touches a Python
+    string per id. ``search_run`` hands back the run table (question_id, passage_id, rank, score)
+    that retrieval, mining and hybrid fusion consume as Arrow columns.
+    """
 
     def __init__(self, index_dir: Path, meta: IndexMetadata, parts: list[faiss.Index], ids: pa.Array) -> None:
         self.dir = index_dir
         self.meta = meta
         self.parts = parts
-        self.ids = ids
-        # Turning result rows into Python strings dominates the cost of a fast (IVF, HNSW) search
-        # when done per query batch; a ready-made object array makes it a fancy-index (~10x
-        # faster) at ~65 bytes per passage, so it is kept for all but the largest corpora.
-        self._id_objects = ids.to_numpy(zero_copy_only=False) if len(ids) <= OBJECT_IDS_LIMIT else None
+        self.ids = ids if ids.type == pa.string() else ids.cast(pa.string())
 
     @property
     def num_vectors(self) -> int:
@@ -313,20 +315,49 @@ class DenseIndex:
         top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(scores, top, 1), np.take_along_axis(rows, top, 1)
 
+    def take_ids(self, rows: np.ndarray) -> pa.Array:
+        """Passage ids of global rows (flattened, row-major) as an Arrow string array; null for -1."""
+        flat = np.asarray(rows, dtype=np.int64).reshape(-1)
+        missing = flat < 0
+        return self.ids.take(pa.array(flat, mask=missing) if missing.any() else pa.array(flat))
+
+    def search_run(self, queries: np.ndarray, k: int, question_ids: pa.Array | pa.ChunkedArray | Sequence[str]
+                   ) -> pa.Table:
+        """Top-k of each query as a run table: question_id, passage_id, rank (1-based), score.
+
+        ``question_ids`` names the queries in order. Rows an approximate index could not fill
+        (fewer than k found) are left out, so ranks run 1..found for each question.
+        """
+        if len(question_ids) != len(queries):
+            raise ValueError(f"got {len(question_ids)} question ids for {len(queries)} query vectors")
+        if not isinstance(question_ids, pa.Array | pa.ChunkedArray):
+            question_ids = pa.array(question_ids, pa.string())
+        scores, rows = self.search_rows(queries, k)
+        width = rows.shape[1]
+        flat_rows, flat_scores = rows.reshape(-1), scores.reshape(-1)
+        ranks = np.tile(np.arange(1, width + 1, dtype=np.int32), len(rows))
+        query_rows = np.repeat(np.arange(len(rows), dtype=np.int64), width)
+        found = flat_rows >= 0
+        if not found.all():
+            flat_rows, flat_scores, ranks, query_rows = (flat_rows[found], flat_scores[found], ranks[found],
+                                                         query_rows[found])
+        return pa.table({
+            "question_id": question_ids.take(pa.array(query_rows)),
+            "passage_id": self.ids.take(pa.array(flat_rows)),
+            "rank": pa.array(ranks, pa.int32()),
+            "score": pa.array(flat_scores, pa.float32()),
+        })
+
     def ids_of_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Passage ids (object array, None for row -1) of global rows, same shape."""
-        missing = rows < 0
-        if self._id_objects is not None:
-            out = self._id_objects[np.where(missing, 0, rows)]
-            if missing.any():
-                out[missing] = None
-            return out
-        flat = rows.reshape(-1)
-        taken = self.ids.take(pa.array(flat, mask=missing.reshape(-1)))
-        return taken.to_numpy(zero_copy_only=False).reshape(rows.shape)
+        """Passage ids of global rows as an object array of the same shape (None for row -1).
+
+        For callers that want Python strings per result (training loops, printing); run tables
+        come from ``search_run`` without building them.
+        """
+        return self.take_ids(rows).to_numpy(zero_copy_only=False).reshape(np.shape(rows))
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, passage_ids), each (n, k), best first."""
+        """(scores, passage_ids), each (n, k), best first; ids as Python strings (see ``search_run``)."""
         scores, rows = self.search_rows(queries, k)
         return scores, self.ids_of_rows(rows)
 

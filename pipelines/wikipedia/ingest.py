@@ -8,6 +8,9 @@ Why this process layout: the reader (bz2 + expat) is one sequential stream, so i
 calling process and hands chunks of raw pages to a pool of worker processes that clean and
 split them (the expensive part). At most ``2 * workers`` chunks are in flight, which bounds
 memory, and results are yielded in chunk order, which keeps the output deterministic.
+``iter_raw_chunks`` + ``process_chunk`` + ``ordered_results`` are the same three parts for any
+other executor (an orchestrator's task runner, a cluster): chunks are plain picklable data, so
+the cleaning can run anywhere and the output stays the same.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -248,7 +252,7 @@ def iter_chunks(
     A dump of a single chunk is processed in the calling process (no pool to start).
     """
     options = options or IngestOptions()
-    chunks = (c for c in iter_page_chunks(iter_pages(Path(path)), options) if c[0] >= start_chunk)
+    chunks = iter_raw_chunks(path, options, start_chunk=start_chunk)
     head: list[tuple[int, list[RawPage]]] = []
     try:
         for chunk in chunks:
@@ -266,24 +270,61 @@ def iter_chunks(
     yield from _pooled(itertools.chain(head, chunks), options)
 
 
+def iter_raw_chunks(
+    path: Path, options: IngestOptions, *, start_chunk: int = 0
+) -> Iterator[tuple[int, list[RawPage]]]:
+    """The dump's ``(chunk index, raw pages)`` from ``start_chunk`` on, read sequentially.
+
+    Earlier chunks are read (their boundaries fix the later ones) but not yielded. The pages are
+    plain data, not handles on the file, so a chunk can be cleaned in another process or on
+    another machine.
+    """
+    return (chunk for chunk in iter_page_chunks(iter_pages(Path(path)), options) if chunk[0] >= start_chunk)
+
+
+class PendingChunk(Protocol):
+    """A submitted chunk: a ``concurrent.futures.Future`` or any future with ``result()``."""
+
+    def result(self) -> ChunkResult: ...
+
+
+def ordered_results(
+    chunks: Iterable[tuple[int, list[RawPage]]],
+    submit: Callable[[int, list[RawPage]], PendingChunk],
+    max_in_flight: int,
+) -> Iterator[ChunkResult]:
+    """Submit chunks to an executor and yield their results in chunk order.
+
+    At most ``max_in_flight`` chunks are submitted and not yet yielded, so memory stays flat
+    however long the dump is, whatever executes them. A ``DumpError`` from the reader is raised
+    after the results of every chunk submitted before it (complete chunks are good output).
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+    pending: deque[PendingChunk] = deque()
+    try:
+        for index, pages in chunks:
+            pending.append(submit(index, pages))
+            while len(pending) >= max_in_flight:
+                yield pending.popleft().result()
+    except DumpError:
+        while pending:
+            yield pending.popleft().result()
+        raise
+    while pending:
+        yield pending.popleft().result()
+
+
 def _pooled(chunks: Iterator[tuple[int, list[RawPage]]], options: IngestOptions) -> Iterator[ChunkResult]:
     """Process chunks in a worker pool, at most ``2 * workers`` in flight, results in order."""
     pool = ProcessPoolExecutor(
         options.workers, mp_context=_pool_context(), initializer=_exit_with, initargs=(os.getpid(),)
     )
-    pending: deque[Future[ChunkResult]] = deque()
-    max_in_flight = 2 * options.workers
     try:
-        try:
-            for index, pages in chunks:
-                pending.append(pool.submit(process_chunk, pages, options, index))
-                while len(pending) >= max_in_flight:
-                    yield pending.popleft().result()
-        except DumpError:
-            while pending:  # the complete chunks before the damage are still good output
-                yield pending.popleft().result()
-            raise
-        while pending:
-            yield pending.popleft().result()
+        yield from ordered_results(
+            chunks,
+            lambda index, pages: pool.submit(process_chunk, pages, options, index),
+            2 * options.workers,
+        )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

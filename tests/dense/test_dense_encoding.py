@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from dense_corpus import as_batches, make_corpus
-from dense_minilm import MiniLMRetriever, load_minilm
+from dense_minilm import MiniLMRetriever, load_minilm, minilm_dir
 
 from pipelines.dense.sharded_encoding import (
     MANIFEST_NAME,
@@ -25,6 +26,8 @@ from pipelines.dense.sharded_encoding import (
     encode_shard,
     iter_corpus_shards,
     read_manifest,
+    token_batches,
+    tokenize_shard,
 )
 
 N, SHARD = 160, 16
@@ -136,6 +139,62 @@ def test_length_sorted_batches_restore_input_order(retriever):
     sorted_batches = encode_shard(retriever, titles, texts, batch_size=6, device=None)
     one_by_one = np.concatenate([retriever.encode_passages([a], [b], batch_size=1) for a, b in zip(titles, texts, strict=True)])
     np.testing.assert_allclose(sorted_batches, one_by_one, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def models_retriever():
+    """The ``models/`` retriever of the same checkpoint: token-level, so the shard is tokenized once."""
+    from models.retriever import load_retriever
+
+    return load_retriever(minilm_dir())
+
+
+class ProtocolOnly:
+    """The same model seen only through ``encode_passages`` (the character-sorted path)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.embedding_dim, self.similarity = inner, inner.embedding_dim, inner.similarity
+
+    def encode_passages(self, titles, texts, batch_size=64, device=None):
+        return self.inner.encode_passages(titles, texts, batch_size=batch_size, device=device)
+
+    def config_fingerprint(self) -> str:
+        return self.inner.config_fingerprint()
+
+
+def test_token_batches_follow_real_token_counts(models_retriever):
+    table = make_corpus(30, seed=4, min_words=1, max_words=60)
+    titles, texts = table.column("title").to_pylist(), table.column("text").to_pylist()
+    tokens = tokenize_shard(models_retriever, titles, texts)
+    assert tokens is not None and tokenize_shard(ProtocolOnly(models_retriever), titles, texts) is None
+    direct = models_retriever.tokenize_passages(titles, texts)
+    np.testing.assert_array_equal(tokens.lengths, direct["attention_mask"].sum(1).numpy())
+    batches = token_batches(tokens.lengths, 7)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(30)) and [len(b) for b in batches] == [7] * 4 + [2]
+    budgeted = token_batches(np.array([10, 50, 20, 50, 5]), 4, max_tokens=100)
+    assert [b.tolist() for b in budgeted] == [[1, 3], [2, 0, 4]]  # 2 x 50 tokens, then 3 x 20
+    assert [b.tolist() for b in token_batches(np.array([300, 8]), 4, max_tokens=100)] == [[0], [1]]
+    ordered = np.concatenate([tokens.lengths[b] for b in batches])
+    assert (np.diff(ordered) <= 0).all()  # longest first, so padding is at most the spread inside a batch
+    for positions in batches[:2]:
+        expected = models_retriever.tokenize_passages([titles[i] for i in positions], [texts[i] for i in positions])
+        got = tokens.batch(positions)
+        assert set(got) == set(expected) and all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+def test_token_level_path_equals_the_eager_fp32_vectors(tmp_path, models_retriever):
+    """Tokenized-once, token-sorted encoding gives the vectors of the plain encode_passages path."""
+    table = make_corpus(48, seed=5, min_words=1, max_words=80)
+    kwargs = dict(corpus_fingerprint="mixed", shard_size=20, batch_size=8, devices=[None], progress=False)
+    encode_corpus(models_retriever, as_batches(table, 11), tmp_path / "tokens", **kwargs)
+    encode_corpus(ProtocolOnly(models_retriever), as_batches(table, 11), tmp_path / "protocol", **kwargs)
+    fast, plain = _all_vectors(EncodedCorpus(tmp_path / "tokens")), _all_vectors(EncodedCorpus(tmp_path / "protocol"))
+    assert np.min(np.sum(fast * plain, axis=1)) >= 0.9999
+    np.testing.assert_allclose(fast, plain, atol=1e-5)
+    titles, texts = table.column("title").to_pylist()[:5], table.column("text").to_pylist()[:5]
+    one_by_one = np.concatenate([models_retriever.encode_passages([a], [b], batch_size=1)
+                                 for a, b in zip(titles, texts, strict=True)])
+    np.testing.assert_allclose(fast[:5], one_by_one, atol=1e-5)
 
 
 def test_float16_storage(tmp_path, retriever, reference, corpus):

@@ -102,16 +102,23 @@ def test_more_results_than_vectors_and_mmap(tmp_path, data):
         index.search(queries[:, :10], 5)
 
 
-def test_id_lookup_without_the_object_cache_agrees(tmp_path, data, monkeypatch):
-    """Corpora above OBJECT_IDS_LIMIT map rows to ids through Arrow instead: same answers."""
-    import pipelines.dense.faiss_index as faiss_index
-
-    emb, _, queries, _, _ = data
-    build_index(emb, tmp_path / "flat", progress=False)
-    cached = open_index(tmp_path / "flat").search(queries[:3], N + 2)
-    monkeypatch.setattr(faiss_index, "OBJECT_IDS_LIMIT", 0)
+def test_search_run_is_the_arrow_form_of_search(tmp_path, data):
+    """The run table holds exactly the (id, score) pairs of ``search``, ranked, without missing rows."""
+    emb, _, queries, _, top = data
+    build_index(emb, tmp_path / "flat", params=IndexParams(shards_per_part=3), progress=False)
     index = open_index(tmp_path / "flat")
-    assert index._id_objects is None
-    arrow = index.search(queries[:3], N + 2)
-    np.testing.assert_array_equal(arrow[0], cached[0])
-    assert arrow[1].tolist() == cached[1].tolist() and arrow[1][0, -1] is None
+    k = N + 2  # more than the corpus: the last two results of every query are missing
+    scores, ids = index.search(queries[:3], k)
+    run = index.search_run(queries[:3], k, pa.array(["qa", "qb", "qc"]))
+    assert run.schema.names == ["question_id", "passage_id", "rank", "score"]
+    assert run.schema.field("passage_id").type == pa.string() and run.schema.field("rank").type == pa.int32()
+    assert run.num_rows == 3 * N and run["passage_id"].null_count == 0
+    assert run["question_id"].to_pylist() == ["qa"] * N + ["qb"] * N + ["qc"] * N
+    assert run["rank"].to_pylist() == list(range(1, N + 1)) * 3
+    assert run["passage_id"].to_pylist() == [p for row in ids for p in row if p is not None]
+    np.testing.assert_array_equal(run["score"].to_numpy(), scores[:, :N].astype(np.float32).reshape(-1))
+    assert run["passage_id"].to_pylist()[:5] == [f"doc{r}" for r in top[0, :5]]
+    assert index.take_ids(np.array([[2, -1]])).to_pylist() == ["doc2", None]
+    assert index.search_run(queries[:2], 4, ["x", "y"])["question_id"].to_pylist() == ["x"] * 4 + ["y"] * 4
+    with pytest.raises(ValueError, match="got 1 question ids for 2 query vectors"):
+        index.search_run(queries[:2], 4, ["x"])

@@ -10,7 +10,7 @@ import torch
 from models.data import MultiSetSampler
 from models.dev_eval import InMemoryDevEvaluator
 from models.retriever import create_retriever, load_retriever
-from models.trainer import Trainer, TrainingConfig
+from models.trainer import Trainer, TrainingConfig, amp_dtype
 
 
 def _losses(result) -> list[float]:
@@ -148,3 +148,42 @@ def test_thesis_objectives_train(tiny_checkpoint, toy_examples, tmp_path, object
     losses = _losses(Trainer(model, MultiSetSampler.single(toy_examples), config).train())
     assert all(torch.isfinite(torch.tensor(losses)))
     assert min(losses[-3:]) < losses[0]
+
+
+def test_amp_modes_per_device():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert amp_dtype("auto", cpu) is None  # full precision by default: results independent of the CPU
+    assert amp_dtype("none", cpu) is None and amp_dtype("none", cuda) is None
+    assert amp_dtype("bf16", cpu) is torch.bfloat16
+    assert amp_dtype("bf16", cuda) is torch.bfloat16
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        amp_dtype("fp16", cpu)
+
+
+def _amp_run(checkpoint: str, examples, output, amp: str) -> tuple[list[float], dict]:
+    torch.manual_seed(0)
+    model = create_retriever("taser", checkpoint)
+    config = TrainingConfig(
+        output_dir=str(output),
+        batch_size=4,
+        hard_negatives=1,
+        max_steps=4,
+        learning_rate=1e-2,
+        warmup_steps=0,
+        amp=amp,
+        log_every=1,
+        progress=False,
+    )
+    result = Trainer(model, MultiSetSampler.single(examples), config).train()
+    return _losses(result), model.state_dict()
+
+
+def test_bf16_autocast_trains_on_cpu_and_is_deterministic(dropout_checkpoint, toy_examples, tmp_path):
+    losses, weights = _amp_run(dropout_checkpoint, toy_examples, tmp_path / "a", "bf16")
+    again, weights_again = _amp_run(dropout_checkpoint, toy_examples, tmp_path / "b", "bf16")
+    full, _ = _amp_run(dropout_checkpoint, toy_examples, tmp_path / "c", "none")
+    assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
+    assert losses == again  # bf16 autocast on CPU is still bit-for-bit repeatable
+    assert losses != full  # ...and really computes in bf16
+    assert all(torch.equal(tensor, weights_again[name]) for name, tensor in weights.items())
+    assert all(tensor.dtype == torch.float32 for tensor in weights.values())  # master weights stay fp32

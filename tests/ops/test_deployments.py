@@ -1,8 +1,11 @@
 """`prefect deploy --all` against a real local server creates every deployment of prefect.yaml,
-and a deployment run triggered through the API is picked up by the process worker and completes."""
+a deployment run triggered through the API is picked up by the process worker and completes, and
+the server's scheduler creates the weekly re-index runs (Sundays 03:00 UTC) from the deployed cron
+schedule. (A second re-index while one runs is refused by its lock: tests/ops/test_reindex.py.)"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from flows.sample_data import SAMPLE_DUMP
 from flows.server import REPO_ROOT, local_prefect
 from storage import Workspace
 
+SCHEDULER_LOOP_ENV = "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"
 FLOW_NAMES = {
     "flows/wikipedia.py:ingest_wikipedia_flow": "ingest-wikipedia",
     "flows/categories.py:label_domains_flow": "label-domains",
@@ -45,14 +49,82 @@ async def _deployed_names() -> set[str]:
         return names
 
 
+async def _scheduled_runs(client, deployment_id, timeout: float) -> list:
+    """The deployment's Scheduled runs, once the scheduler has made at least its minimum (3)."""
+    import asyncio
+    import time
+
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+            ),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=200,  # the 3.8.8 server rejects the client's default limit=None (HTTP 422)
+        )
+        if len(runs) >= 3 or time.monotonic() > deadline:
+            return runs
+        await asyncio.sleep(1)
+
+
+async def _reindex_schedule(timeout: float) -> tuple[object, list, list]:
+    """The deployed `reindex`, its scheduled runs, and the runs the scheduler loop makes again
+    after those are deleted (so the server's scheduler service itself is shown working)."""
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        deployment = await client.read_deployment_by_name("reindex/reindex")
+        first = await _scheduled_runs(client, deployment.id, timeout)
+        for run in first:
+            await client.delete_flow_run(run.id)
+        again = await _scheduled_runs(client, deployment.id, timeout)
+        return deployment, first, again
+
+
+def _assert_weekly_on_sundays_at_3_utc(runs: list) -> None:
+    assert len(runs) >= 3, f"the scheduler created {len(runs)} scheduled reindex runs"
+    starts = [run.expected_start_time.astimezone(UTC) for run in runs]
+    assert all((t.weekday(), t.hour, t.minute, t.second) == (6, 3, 0, 0) for t in starts), starts
+    assert all(later - earlier == timedelta(days=7) for earlier, later in zip(starts, starts[1:], strict=False))
+    now = datetime.now(UTC)
+    assert now < starts[0] <= now + timedelta(days=7)  # the next Sunday 03:00, none skipped
+    assert all(run.state.name == "Scheduled" and run.auto_scheduled for run in runs)
+    assert all(run.parameters.get("wait_seconds") == 3600 for run in runs)
+
+
+def _assert_weekly_reindex(deployment, first: list, again: list) -> None:
+    assert [(s.active, s.schedule.cron, str(s.schedule.timezone)) for s in deployment.schedules] == [
+        (True, "0 3 * * 0", "UTC")
+    ]
+    assert not deployment.paused
+    assert deployment.global_concurrency_limit.limit == 1  # overlapping runs: the second one waits
+    assert deployment.concurrency_options.collision_strategy.value == "ENQUEUE"
+    _assert_weekly_on_sundays_at_3_utc(first)
+    _assert_weekly_on_sundays_at_3_utc(again)
+    assert not {r.id for r in first} & {r.id for r in again}  # new runs, made by the scheduler loop
+
+
 @pytest.mark.e2e
-def test_deploy_all_then_run_a_deployment_to_completion(tmp_path: Path) -> None:
+def test_deploy_all_then_run_a_deployment_to_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     ws = tmp_path / "ws"
+    monkeypatch.setenv(SCHEDULER_LOOP_ENV, "3")  # the server's scheduler loop: every 3 s, not 60 s
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     expected = {f"{FLOW_NAMES[d['entrypoint']]}/{d['name']}" for d in spec["deployments"]}
     with local_prefect(home=tmp_path / "prefect-home", log_dir=tmp_path / "logs", startup_timeout=300) as running, \
@@ -62,4 +134,5 @@ def test_deploy_all_then_run_a_deployment_to_completion(tmp_path: Path) -> None:
                                   timeout=420, poll_interval=3)
         logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in (tmp_path / "logs").glob("*.log"))
         assert flow_run.state is not None and flow_run.state.is_completed(), (flow_run.state, logs)
+        _assert_weekly_reindex(*asyncio.run(_reindex_schedule(timeout=90)))
     assert Workspace.resolve(ws).rows("passages") == 150

@@ -82,3 +82,19 @@ def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -
     assert rerun == {"run:bm25-trex-test", "run:dpr-trex-test", "evaluate:bm25-trex-test",
                      "evaluate:dpr-trex-test"}, changed["states"]
     assert {state for name, state in changed["states"].items() if name not in rerun} == {"Cached"}
+
+
+def test_runner_reaches_mapped_stages_without_changing_their_keys(tmp_path: Path) -> None:
+    ws = Workspace.resolve(tmp_path / "ws")
+    settings = (SourceSettings(), QuestionSettings(), DomainSettings(), TrainingSettings(), EvaluationSettings())
+    local = plan_stages(ws, *settings, RunnerSettings())
+    cluster = RunnerSettings(kind="dask", dask_address="tcp://10.0.0.5:8786")
+    remote = plan_stages(ws, *settings, cluster)
+    assert [s.name for s in local] == [s.name for s in remote]
+    up = [{"name": "ingest", "key": "k1", "outputs": {"passages": "v1"}}]
+    assert [stage_key(s, up) for s in local] == [stage_key(s, up) for s in remote]
+    mapped = {s.kind for s in remote if s.runtime}
+    assert mapped == {"ingest-wikipedia", "index-build", "mine", "bm25-run"}
+    assert all(s.runtime == {"runner": cluster.model_dump()} for s in remote if s.runtime)
+    # The default runner maps only BM25 batches; ingest, encoding and mining keep their own paths.
+    assert {s.kind for s in local if s.runtime} == {"bm25-run"}

@@ -53,3 +53,14 @@ def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_h
     ).to_pylist() for run in ("bm25-threads", "bm25-dask")}
     assert rows["bm25-threads"] == rows["bm25-dask"]
     assert len({r["question_id"] for r in rows["bm25-dask"]}) == 31
+
+
+def test_cli_runner_options_name_settings_only_when_given() -> None:
+    from flows.cli.runner_options import runner_settings
+
+    assert runner_settings(None, None, None) is None
+    assert runner_settings("processes", 3, None).model_dump() == {
+        "kind": "processes", "workers": 3, "dask_address": None, "bm25_batch": 64}
+    on_cluster = runner_settings(None, None, "tcp://127.0.0.1:8786")
+    assert on_cluster.kind == "dask" and on_cluster.dask_address == "tcp://127.0.0.1:8786"
+    assert runner_settings(None, 2, None).kind == "threads"

@@ -6,6 +6,8 @@ import bz2
 import subprocess
 import sys
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -14,7 +16,14 @@ import pytest
 
 from pipelines.wikipedia import ingest
 from pipelines.wikipedia.dump_reader import DumpError, RawPage, iter_pages
-from pipelines.wikipedia.ingest import IngestOptions, _pool_context, iter_chunks, process_chunk
+from pipelines.wikipedia.ingest import (
+    IngestOptions,
+    _pool_context,
+    iter_chunks,
+    iter_raw_chunks,
+    ordered_results,
+    process_chunk,
+)
 from pipelines.wikipedia.wikitext_cleaner import clean_wikitext
 from storage.schemas import SCHEMAS
 from tests.wikipedia.dumps import Page, dump_bytes, write_bz2
@@ -157,6 +166,38 @@ def test_chunks_are_stable_ordered_and_resumable(tmp_path: Path) -> None:
     resumed = list(iter_chunks(path, options, start_chunk=4))
     assert [c.index for c in resumed] == [4, 5]
     assert _rows(resumed)["passages"] == _rows(serial[4:])["passages"]
+
+
+def test_any_executor_gives_chunks_in_order_with_a_bounded_number_in_flight(tmp_path: Path) -> None:
+    """`ordered_results` over another executor (as a task runner uses it): later chunks finish
+    first, yet results come in chunk order, equal to the local path, never more than the bound
+    submitted and not yet delivered."""
+    path = write_bz2(tmp_path / "d.xml.bz2", _many_pages(23))
+    options = IngestOptions(chunk_pages=4, workers=1)
+    in_flight: set[int] = set()
+    most = 0
+
+    def slow_early(pages: list[RawPage], index: int):
+        time.sleep(0.02 * (6 - index))
+        return process_chunk(pages, options, index)
+
+    with ThreadPoolExecutor(3) as pool:
+
+        def submit(index: int, pages: list[RawPage]):
+            nonlocal most
+            in_flight.add(index)
+            most = max(most, len(in_flight))
+            return pool.submit(slow_early, pages, index)
+
+        chunks = []
+        for chunk in ordered_results(iter_raw_chunks(path, options, start_chunk=1), submit, max_in_flight=3):
+            in_flight.discard(chunk.index)
+            chunks.append(chunk)
+    assert [c.index for c in chunks] == [1, 2, 3, 4, 5]
+    assert most == 3
+    assert _rows(chunks) == _rows(iter_chunks(path, options, start_chunk=1))
+    with pytest.raises(ValueError, match="max_in_flight"):
+        next(ordered_results(iter_raw_chunks(path, options), submit, max_in_flight=0))
 
 
 def test_pool_works_beside_other_threads(tmp_path: Path) -> None:

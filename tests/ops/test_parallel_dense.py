@@ -1,0 +1,194 @@
+"""Encoding shards and mining question batches mapped over a task runner (threads, a local Dask
+cluster) give exactly what the unmapped path gives, and a mapped encoding resumes after a kill."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from flows.task_runners import RunnerSettings
+from storage import Workspace
+
+SHARD = 6  # 24 passages in 3 table files -> 4 shards, two of them crossing a file boundary
+FILE_ROWS = (10, 9, 5)
+PASSAGES = sum(FILE_ROWS)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The unmapped path on one thread too: the test machine's few cores are shared."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
+    from pipelines.dense.shard_plan import FileSpan, ShardRange, all_shards, file_spans, pending_shards
+    from pipelines.dense.sharded_encoding import ShardInfo
+
+    assert all_shards(14, 6) == [ShardRange(0, 0, 6), ShardRange(1, 6, 12), ShardRange(2, 12, 14)]
+    finished = [ShardInfo(1, 6, "a", "b", "shard-00001.npy", "shard-00001.ids.parquet")]
+    assert [s.index for s in pending_shards(14, 6, finished)] == [0, 2]
+    with pytest.raises(ValueError, match="finished shard 2 holds 6 passages"):
+        pending_shards(14, 6, [ShardInfo(2, 6, "a", "b", "v", "i")])  # the last shard holds 2
+    assert file_spans([10, 9, 5], 6, 12) == [FileSpan(0, 6, 4), FileSpan(1, 0, 2)]
+    assert file_spans([10, 0, 9], 8, 19) == [FileSpan(0, 8, 2), FileSpan(2, 0, 9)]
+    with pytest.raises(ValueError, match="outside a table of 24 rows"):
+        file_spans([10, 9, 5], 20, 25)
+
+
+def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatch) -> None:
+    from flows.dense_parallel import mapping_runner, task_threads
+    from flows.task_runners import DASK_ADDRESS_ENV
+
+    monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
+    assert mapping_runner(None) is None  # today's path: in process, or one process per GPU
+    given = RunnerSettings(kind="processes", workers=1)
+    assert mapping_runner(given) is given
+    assert task_threads(given) == (os.cpu_count() or 1)  # one task at a time gets every core
+    assert task_threads(RunnerSettings(kind="threads", workers=64)) == 1
+    monkeypatch.setenv(DASK_ADDRESS_ENV, "tcp://10.0.0.5:8786")
+    assert mapping_runner(None).kind == "dask"
+    assert task_threads(RunnerSettings()) is None  # decided on the workers, from the cluster's layout
+
+
+@pytest.fixture(scope="module")
+def model() -> str:
+    from flows.pipeline import default_base_model
+
+    return default_base_model()
+
+
+@pytest.fixture(scope="module")
+def base(prefect_harness, tmp_path_factory) -> Path:
+    """A workspace with the first 24 passages of the bundled sample dump (in three table files)
+    and the bundled DPR-format sample questions."""
+    from flows.questions import import_questions_flow
+    from flows.wikipedia import ingest_wikipedia_flow
+
+    root = tmp_path_factory.mktemp("parallel-dense")
+    ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(root / "full"))
+    passages = Workspace.resolve(root / "full").read_table("passages").slice(0, PASSAGES)
+    ws = Workspace.resolve(root / "base")
+    with ws.transaction("sample-passages") as tx:
+        start = 0
+        for i, rows in enumerate(FILE_ROWS):
+            tx.write("passages", passages.slice(start, rows), source="sample", part=f"part-{i}")
+            start += rows
+    assert [e.rows for e in ws.snapshot().files("passages")] == list(FILE_ROWS)
+    import_questions_flow(fmt="dpr-qas", path=str(SAMPLE_DIR / "qa" / "dpr-qas-sample.tsv"), dataset="sample",
+                          split="dev", workspace=str(ws.root))  # fmt: skip
+    return ws.root
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as local:
+        yield local.scheduler_address
+
+
+def runners(cluster: str) -> dict[str, RunnerSettings | None]:
+    """Today's path (no runner) and a local Dask cluster reached by its address, as a multi-machine
+    run would reach one (the thread runner is exercised by the resume test)."""
+    return {"unmapped": None, "dask": RunnerSettings(kind="dask", dask_address=cluster)}
+
+
+def copy_of(base: Path, tmp_path: Path, name: str) -> str:
+    shutil.copytree(base, tmp_path / name)
+    return str(tmp_path / name)
+
+
+def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
+    from flows.dense import EMBEDDINGS, dense_dir, resolve_model
+    from pipelines.dense.sharded_encoding import EncodedCorpus
+
+    space = Workspace.resolve(ws)
+    corpus = EncodedCorpus(dense_dir(space, resolve_model(space, model).passage_key) / EMBEDDINGS)
+    return corpus.ids().to_pylist(), corpus.vectors(np.arange(len(corpus))), corpus.manifest.shards
+
+
+@pytest.mark.e2e
+def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
+    from flows.dense import encode_flow
+
+    results = {}
+    for name, runner in runners(cluster).items():
+        ws = copy_of(base, tmp_path, name)
+        report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
+        assert report["passages"] == PASSAGES and report["shards"] == 4 and report["encoded_now"] == PASSAGES
+        assert report.get("tasks") == (None if runner is None else 4), report
+        results[name] = embeddings(ws, model)
+    ids, vectors, shards = results["unmapped"]
+    assert len(set(ids)) == PASSAGES and vectors.shape == (PASSAGES, 384)
+    assert results["dask"][0] == ids
+    assert results["dask"][1].tobytes() == vectors.tobytes()  # bit-equal fp32 on CPU
+    assert results["dask"][2] == shards
+
+
+@pytest.mark.e2e
+def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path: Path) -> None:
+    from flows.dense import EMBEDDINGS, dense_dir, encode_flow, resolve_model
+    from flows.reindex import current_release, reindex_flow, releases_dir
+    from pipelines.dense.sharded_encoding import EncodedCorpus, read_manifest, write_manifest
+
+    ws = copy_of(base, tmp_path, "resume")
+    runner = RunnerSettings(kind="threads", workers=2)
+    encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
+    ids, vectors, _ = embeddings(ws, model)
+    space = Workspace.resolve(ws)
+    out = dense_dir(space, resolve_model(space, model).passage_key) / EMBEDDINGS
+    # A run killed after shards 1 and 2: the manifest lists only them, other shard files may exist.
+    manifest = read_manifest(out)
+    manifest.shards = [s for s in manifest.shards if s.index in (1, 2)]
+    manifest.num_passages, manifest.complete = 2 * SHARD, False
+    write_manifest(out, manifest)
+    (out / "shard-00003.npy").unlink()
+    kept = {s.vectors_file: (out / s.vectors_file).stat().st_mtime_ns for s in manifest.shards}
+
+    report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
+    assert report["tasks"] == 2 and report["encoded_now"] == PASSAGES - 2 * SHARD and not report["noop"], report
+    assert {f: (out / f).stat().st_mtime_ns for f in kept} == kept  # finished shards were not re-encoded
+    again_ids, again_vectors, shards = embeddings(ws, model)
+    assert again_ids == ids and again_vectors.tobytes() == vectors.tobytes()
+    assert [s.index for s in shards] == [0, 1, 2, 3] and read_manifest(out).complete
+    assert encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)["noop"]
+
+    # A re-index encodes into its release folder on the runner: the same vectors again.
+    release = reindex_flow(workspace=ws, model=model, bm25=False, shard_size=SHARD, batch_size=4, runner=runner)
+    assert release["encoded_passages"] == PASSAGES and current_release(space)["release"] == release["release"]
+    built = EncodedCorpus(releases_dir(space) / release["release"] / "embeddings")
+    assert built.ids().to_pylist() == ids and built.vectors(np.arange(PASSAGES)).tobytes() == vectors.tobytes()
+
+
+@pytest.mark.e2e
+def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
+    from flows.dense import index_build_flow, mine_flow
+
+    indexed = copy_of(base, tmp_path, "indexed")
+    index_build_flow(model=model, workspace=indexed)
+    negatives, files, reports = {}, {}, {}
+    for name, runner in runners(cluster).items():
+        ws = copy_of(Path(indexed), tmp_path, f"mine-{name}")
+        reports[name] = mine_flow(model=model, dataset="sample", split="dev", depth=20, count=5, workspace=ws,
+                                  runner=runner, question_batch=6)  # fmt: skip
+        negatives[name] = Workspace.resolve(ws).sql(
+            "SELECT question_id, hard_negative_ids FROM questions ORDER BY question_id").to_pylist()
+        [mined] = (Path(ws) / "indexes" / "dense" / "negatives").glob("p2-*.parquet")
+        files[name] = pq.read_table(mined)
+    reference = negatives["unmapped"]
+    assert len(reference) == 20 and sum(len(r["hard_negative_ids"]) for r in reference) > 20
+    assert negatives["dask"] == reference
+    assert files["dask"].equals(files["unmapped"])
+    assert reports["dask"] == reports["unmapped"]
