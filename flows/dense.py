@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from prefect import flow, task
 
 from flows.runtime import stage_logger
-from flows.task_runners import RunnerSettings
+from flows.task_runners import RunnerSettings, mapping_runner
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -173,7 +173,7 @@ def encode_flow(
 def _encode(ws: Workspace, model: str, shard_size: int, batch_size: int, dtype: str, precision: str,
             runner: RunnerSettings | None) -> dict[str, Any]:  # fmt: skip
     """Encode in process (`encode_task`) or, given a runner, one mapped task per shard."""
-    from flows.dense_parallel import encode_on_runner, mapping_runner
+    from flows.dense_parallel import encode_on_runner
 
     runner = mapping_runner(runner)
     if runner is None:
@@ -257,15 +257,35 @@ def _require(options: dict[str, Any], name: str, retriever: str) -> Any:
     return options[name]
 
 
+def search_questions(retriever, index, questions: pa.Table, k: int) -> Iterator[pa.Table]:
+    """Top-k run rows (question_id, passage_id, rank, score) of each chunk of QUESTION_CHUNK
+    questions. The encoder pads within what it is given, so the same chunks give the same
+    vectors bit for bit, whichever process or task searches them."""
+    qids, texts = questions["question_id"].cast(pa.string()), questions["question"].to_pylist()
+    for start in range(0, len(qids), QUESTION_CHUNK):
+        vectors = retriever.encode_questions(texts[start:start + QUESTION_CHUNK])
+        yield index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
+
+
+def mine_questions(ws: Workspace, retriever, index, questions: pa.Table, depth: int, count: int, mode: str) -> Any:
+    """Hard negatives of `questions` (a MiningResult): the top `depth` minus gold and
+    answer-bearing passages, best `count` kept."""
+    from flows.retrieval import passage_texts
+    from pipelines.dense.mining import mine_hard_negatives
+
+    run = pa.concat_tables(list(search_questions(retriever, index, questions, depth)))
+    texts, missing = passage_texts(ws, run["passage_id"].to_pylist(), with_title=False)
+    if missing:
+        raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
+    return mine_hard_negatives(run, questions, texts, num_negatives=count, depth=depth, mode=mode)  # type: ignore[arg-type]
+
+
 def _dense_candidates(ws: Workspace, questions: pa.Table, k: int, options: dict[str, Any]) -> Iterator[pa.Table]:
     """Dense top-k of each question chunk: question_id, passage_id, rank (1-based), score."""
     ref = resolve_model(ws, _require(options, "model", "dense"))
     retriever = _load(ref.path)
     index = open_model_index(ws, ref, options.get("index_type") or "flat", retriever)
-    qids, texts = questions["question_id"].cast(pa.string()), questions["question"].to_pylist()
-    for start in range(0, len(qids), QUESTION_CHUNK):
-        vectors = retriever.encode_questions(texts[start:start + QUESTION_CHUNK])
-        yield index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
+    yield from search_questions(retriever, index, questions, k)
 
 
 def _dense_config(ws: Workspace, options: dict[str, Any]) -> dict[str, Any]:
@@ -577,21 +597,17 @@ def mine_flow(
 def _mine(ws: Workspace, model: str, dataset: str, split: str, questions: pa.Table, depth: int, count: int,
           options: dict[str, Any], runner: RunnerSettings | None, question_batch: int) -> Any:  # fmt: skip
     """Hard negatives of the split (a MiningResult): in process, or in mapped batches on a runner."""
-    from flows.dense_parallel import mapping_runner, mine_on_runner
+    from flows.dense_parallel import mine_on_runner
     from flows.evaluation import match_mode
-    from flows.retrieval import passage_texts
-    from pipelines.dense.mining import mine_hard_negatives
 
     runner = mapping_runner(runner)
     if runner is not None:
         return mine_on_runner(runner, model=model, dataset=dataset, split=split, depth=depth, count=count,
                               index_type=options["index_type"], batch=question_batch, workspace=str(ws.root))  # fmt: skip
-    run = pa.concat_tables(list(_dense_candidates(ws, questions, depth, options)))
-    texts, missing = passage_texts(ws, run["passage_id"].to_pylist(), with_title=False)
-    if missing:
-        raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
-    return mine_hard_negatives(run, questions, texts, num_negatives=count, depth=depth,
-                               mode=match_mode(dataset, "auto"))  # fmt: skip
+    ref = resolve_model(ws, model)
+    retriever = _load(ref.path)
+    index = open_model_index(ws, ref, options["index_type"], retriever)
+    return mine_questions(ws, retriever, index, questions, depth, count, match_mode(dataset, "auto"))
 
 
 @flow(name="hard-negative-rounds")

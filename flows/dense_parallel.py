@@ -38,6 +38,7 @@ from flows.dense import (
     PASSAGE_COLUMNS,
     QUESTION_CHUNK,
     dense_dir,
+    mine_questions,
     open_model_index,
     resolve_model,
 )
@@ -55,14 +56,6 @@ _host_slots: dict[str, int] = {}  # per process: scheduler address -> task slots
 
 
 # --- where tasks run ------------------------------------------------------------------------
-
-
-def mapping_runner(runner: RunnerSettings | None) -> RunnerSettings | None:
-    """The runner a stage maps its work over: the given one, else a Dask cluster when
-    `$ODQA_DASK_ADDRESS` names one, else none (the stage keeps its unmapped path)."""
-    if runner is None and dask_address():
-        return RunnerSettings(kind="dask")
-    return runner
 
 
 def task_threads(runner: RunnerSettings) -> int | None:
@@ -216,9 +209,11 @@ def encode_shard_task(
 ) -> tuple[Any, str]:  # fmt: skip
     """Encode one planned shard and write its files; returns (its ShardInfo, the device used)."""
     from pipelines.dense.sharded_encoding import (
+        as_storage,
         encode_shard,
         iter_corpus_shards,
         resolve_precision,
+        shard_columns,
         write_shard,
     )
 
@@ -235,12 +230,10 @@ def encode_shard_task(
     if loaded != model_fingerprint:
         raise RuntimeError(f"the model at {passage_path} changed during the encoding run (fingerprint "
                            f"{loaded[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding again")
-    ids = passages.column("passage_id").combine_chunks()
-    titles = [t if t is not None else "" for t in passages.column("title").to_pylist()]
-    vectors = encode_shard(retriever, titles, passages.column("text").to_pylist(),
-                           batch_size=batch_size, device=device, precision=precision)  # type: ignore[arg-type]  # fmt: skip
-    stored = vectors if dtype == "float32" else vectors.astype(np.float16)
-    return write_shard(Path(out_dir), planned.index, ids, stored), device or "cpu"
+    ids, titles, texts = shard_columns(passages)
+    vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
+                           precision=precision)  # type: ignore[arg-type]  # fmt: skip
+    return write_shard(Path(out_dir), planned.index, ids, as_storage(vectors, dtype)), device or "cpu"  # type: ignore[arg-type]
 
 
 @flow(name="dense-encode-mapped")
@@ -259,17 +252,13 @@ def encode_mapped_flow(
     the model's embeddings folder (a re-index builds a release folder instead)."""
     from models.retriever import load_retriever
     from pipelines.dense.sharded_encoding import (
-        EncodingManifest,
         default_devices,
         prepare_out_dir,
-        resolve_precision,
+        record_shard,
+        wanted_manifest,
         write_manifest,
     )
 
-    if shard_size < 1 or batch_size < 1:
-        raise ValueError(f"shard_size and batch_size must be positive, got {shard_size}, {batch_size}")
-    if dtype not in ("float32", "float16"):
-        raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
@@ -279,11 +268,8 @@ def encode_mapped_flow(
     files = [asdict(entry) for entry in snapshot.files("passages")]
     out = Path(out_dir) if out_dir else dense_dir(ws, ref.passage_key) / EMBEDDINGS
     retriever = load_retriever(ref.passage_path)  # for what the manifest records about the model
-    wanted = EncodingManifest(
-        model_fingerprint=retriever.config_fingerprint(), corpus_fingerprint=snapshot.table_version("passages"),
-        shard_size=shard_size, dim=int(retriever.embedding_dim), dtype=dtype,  # type: ignore[arg-type]
-        similarity=str(retriever.similarity), precision=resolve_precision(precision, default_devices()),  # type: ignore[arg-type]
-    )  # fmt: skip
+    wanted = wanted_manifest(retriever, snapshot.table_version("passages"), shard_size, batch_size, dtype,  # type: ignore[arg-type]
+                             precision, default_devices())  # type: ignore[arg-type]  # fmt: skip
     del retriever
     manifest, restart_reason = prepare_out_dir(out, wanted)
     report = {"model": model, "embeddings": str(out), "dim": manifest.dim, "dtype": manifest.dtype,
@@ -308,10 +294,7 @@ def encode_mapped_flow(
                 continue
             if info.count != planned[future].count:
                 raise RuntimeError(f"shard {info.index}: {info.count} passages written, {planned[future].count} planned")
-            manifest.shards.append(info)
-            manifest.shards.sort(key=lambda s: s.index)
-            manifest.num_passages = sum(s.count for s in manifest.shards)
-            write_manifest(out, manifest)
+            record_shard(out, manifest, info)
             encoded += info.count
             devices.add(device)
     if failures:
@@ -339,26 +322,13 @@ def mine_batch_task(
     workspace: str, model: str, index_type: str, questions: dict[str, list], depth: int, count: int, mode: str,
     threads: int | None,
 ) -> Any:  # fmt: skip
-    """Hard negatives of one batch of questions (a MiningResult): the model's top `depth` minus
-    gold and answer-bearing passages, best `count` kept."""
-    from flows.retrieval import passage_texts
-    from pipelines.dense.mining import mine_hard_negatives
-
+    """Hard negatives of one batch of questions (a MiningResult): `mine_questions` on the model and
+    index this worker holds."""
     _limit_threads(threads)
     ws = Workspace.resolve(workspace)
     retriever, _ = _thread_retriever(resolve_model(ws, model).path)
     index = _process_index(ws, model, index_type, retriever)
-    batch = pa.table(questions)
-    qids, texts = batch["question_id"].cast(pa.string()), questions["question"]
-    # Encoded and searched in the chunks the unmapped path uses: the encoder pads within what it
-    # is given, so the same chunks give the same vectors bit for bit.
-    run = pa.concat_tables([index.search_run(retriever.encode_questions(texts[start:start + QUESTION_CHUNK]), depth,
-                                             qids.slice(start, QUESTION_CHUNK))
-                            for start in range(0, len(texts), QUESTION_CHUNK)])  # fmt: skip
-    texts, missing = passage_texts(ws, run["passage_id"].to_pylist(), with_title=False)
-    if missing:
-        raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
-    return mine_hard_negatives(run, batch, texts, num_negatives=count, depth=depth, mode=mode)  # type: ignore[arg-type]
+    return mine_questions(ws, retriever, index, pa.table(questions), depth, count, mode)
 
 
 @flow(name="mine-negatives-mapped")

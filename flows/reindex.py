@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from prefect import flow, task
 
 from flows.runtime import stage_logger
-from flows.task_runners import RunnerSettings
+from flows.task_runners import RunnerSettings, mapping_runner
 from storage import Workspace
 from storage.snapshot import atomic_write_text
 
@@ -187,7 +187,7 @@ def _encode_release(ws: Workspace, model: str, target: str, passages_version: st
                     runner: RunnerSettings | None) -> dict[str, Any]:  # fmt: skip
     """The release's embeddings: in process (`encode_task`), or one mapped task per shard on the
     runner (or the Dask cluster of `$ODQA_DASK_ADDRESS`); the same vectors either way."""
-    from flows.dense_parallel import encode_on_runner, mapping_runner
+    from flows.dense_parallel import encode_on_runner
     from pipelines.dense.sharded_encoding import read_manifest
 
     runner = mapping_runner(runner)

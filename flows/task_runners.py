@@ -57,3 +57,11 @@ class RunnerSettings(BaseModel):
     def task_runner(self) -> TaskRunner:
         """The Prefect task runner these settings name."""
         return make_task_runner(self.kind, self.workers, self.dask_address)
+
+
+def mapping_runner(runner: RunnerSettings | None) -> RunnerSettings | None:
+    """The runner a stage maps its work over: the given one, else a Dask cluster when
+    `$ODQA_DASK_ADDRESS` names one, else none (the stage keeps its own unmapped path)."""
+    if runner is None and dask_address():
+        return RunnerSettings(kind="dask")
+    return runner

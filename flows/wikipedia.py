@@ -26,7 +26,7 @@ from prefect.context import FlowRunContext
 from tqdm.auto import tqdm
 
 from flows.runtime import stage_logger
-from flows.task_runners import RunnerSettings, dask_address
+from flows.task_runners import RunnerSettings, mapping_runner
 from pipelines.wikipedia.dump_reader import RawPage
 from pipelines.wikipedia.ingest import (
     ChunkResult,
@@ -180,16 +180,6 @@ def ingest_chunks_flow(
     return ingest_dump(Workspace.resolve(workspace), path, opts, stage_fingerprint, chunks=mapped)
 
 
-def chunk_runner(runner: RunnerSettings | None) -> RunnerSettings | None:
-    """The task runner settings chunks go to, or None for the local process pool.
-
-    No runner given: the local pool, unless `$ODQA_DASK_ADDRESS` names a cluster to use.
-    """
-    if runner is None and dask_address():
-        return RunnerSettings()
-    return runner
-
-
 @flow(name="ingest-wikipedia")
 def ingest_wikipedia_flow(
     dump: str,
@@ -219,7 +209,7 @@ def ingest_wikipedia_flow(
         log.info("%s: unchanged dump and options, nothing to do (no-op)", path.name)
         record = ws.stage_record(STAGE)
         return {**(record.report if record else {}), "noop": True}
-    settings = chunk_runner(runner)
+    settings = mapping_runner(runner)
     if settings is None:
         report = ingest_dump_task(str(ws.root), str(path), asdict(options), stage_fp)
     else:

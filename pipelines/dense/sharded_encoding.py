@@ -388,7 +388,8 @@ def encode_shard(
     return out
 
 
-def _shard_columns(shard: pa.Table) -> tuple[pa.Array, list[str], list[str]]:
+def shard_columns(shard: pa.Table) -> tuple[pa.Array, list[str], list[str]]:
+    """Ids, titles (missing ones as "") and texts of a shard, as the encoder takes them."""
     ids = shard.column("passage_id").combine_chunks()
     titles = [t if t is not None else "" for t in shard.column("title").to_pylist()]
     return ids, titles, shard.column("text").to_pylist()
@@ -439,6 +440,28 @@ def _check_reused_shard(out_dir: Path, info: ShardInfo, ids: pa.Array) -> None:
         )
 
 
+def wanted_manifest(
+    retriever: DenseRetriever,
+    corpus_fingerprint: str,
+    shard_size: int,
+    batch_size: int,
+    dtype: StorageDtype,
+    precision: Precision,
+    devices: Sequence[str | None],
+) -> EncodingManifest:
+    """The manifest an encoding with these settings produces (what an existing one must match
+    to be resumed); refuses settings no encoding can run with."""
+    if shard_size < 1 or batch_size < 1:
+        raise ValueError(f"shard_size and batch_size must be positive, got {shard_size}, {batch_size}")
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+    return EncodingManifest(
+        model_fingerprint=retriever.config_fingerprint(), corpus_fingerprint=corpus_fingerprint,
+        shard_size=shard_size, dim=int(retriever.embedding_dim), dtype=dtype,
+        similarity=str(retriever.similarity), precision=resolve_precision(precision, devices),
+    )
+
+
 def encode_corpus(
     retriever: DenseRetriever,
     batches: Iterable[pa.RecordBatch | pa.Table],
@@ -464,17 +487,9 @@ def encode_corpus(
     and a change starts over. ``total`` (number of passages, if known) only sizes the progress
     bar; ``progress=None`` shows it when stderr is a terminal.
     """
-    if shard_size < 1 or batch_size < 1:
-        raise ValueError(f"shard_size and batch_size must be positive, got {shard_size}, {batch_size}")
-    if dtype not in ("float32", "float16"):
-        raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
     out_dir = Path(out_dir)
     devices = list(devices) if devices is not None else default_devices()
-    wanted = EncodingManifest(
-        model_fingerprint=retriever.config_fingerprint(), corpus_fingerprint=corpus_fingerprint,
-        shard_size=shard_size, dim=int(retriever.embedding_dim), dtype=dtype,
-        similarity=str(retriever.similarity), precision=resolve_precision(precision, devices),
-    )
+    wanted = wanted_manifest(retriever, corpus_fingerprint, shard_size, batch_size, dtype, precision, devices)
     manifest, restart_reason = prepare_out_dir(out_dir, wanted)
     if manifest.complete:
         log.info("%s: embeddings complete for this model and corpus; nothing to encode", out_dir)
@@ -500,14 +515,16 @@ def encode_corpus(
     return EncodingResult(manifest, encoded, False, restart_reason)
 
 
-def _record_shard(out_dir: Path, manifest: EncodingManifest, info: ShardInfo) -> None:
+def record_shard(out_dir: Path, manifest: EncodingManifest, info: ShardInfo) -> None:
+    """Add a finished shard to the manifest (kept in shard order) and write it atomically."""
     manifest.shards.append(info)
     manifest.shards.sort(key=lambda s: s.index)
     manifest.num_passages = sum(s.count for s in manifest.shards)
     write_manifest(out_dir, manifest)
 
 
-def _as_storage(vectors: np.ndarray, dtype: StorageDtype) -> np.ndarray:
+def as_storage(vectors: np.ndarray, dtype: StorageDtype) -> np.ndarray:
+    """Vectors in the stored dtype (float16 halves the files; compute stays in float32)."""
     return vectors if dtype == "float32" else vectors.astype(np.float16)
 
 
@@ -536,12 +553,12 @@ def _tokenized_ahead(retriever: object, work: Iterable[tuple]) -> Iterator[tuple
 
 def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batch_size, bar) -> int:
     encoded = 0
-    work = ((index, *_shard_columns(shard)) for index, shard in iter_corpus_shards(batches, manifest.shard_size)
+    work = ((index, *shard_columns(shard)) for index, shard in iter_corpus_shards(batches, manifest.shard_size)
             if not _skip_finished(out_dir, done, index, shard, bar))
     for (index, ids, titles, texts), tokens in _tokenized_ahead(retriever, work):
         vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
                                precision=manifest.precision, on_batch=bar.update, tokens=tokens)
-        _record_shard(out_dir, manifest, write_shard(out_dir, index, ids, _as_storage(vectors, manifest.dtype)))
+        record_shard(out_dir, manifest, write_shard(out_dir, index, ids, as_storage(vectors, manifest.dtype)))
         encoded += len(ids)
     return encoded
 
@@ -553,7 +570,7 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
         for (index, ids, titles, texts), tokens in _tokenized_ahead(retriever, iter(tasks.get, None)):
             vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device, precision=precision,
                                    on_batch=lambda n: results.put(("progress", n)), tokens=tokens)
-            results.put(("done", write_shard(Path(out_dir), index, ids, _as_storage(vectors, dtype))))
+            results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype))))
     except BaseException:
         results.put(("error", f"worker on {device}:\n{traceback.format_exc()}"))
         raise
@@ -585,7 +602,7 @@ def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, bat
                 bar.update(payload)
             elif kind == "done":
                 in_flight.discard(payload.index)
-                _record_shard(out_dir, manifest, payload)
+                record_shard(out_dir, manifest, payload)
                 encoded += payload.count
             else:
                 raise RuntimeError(f"encoding failed in {payload}")
@@ -598,7 +615,7 @@ def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, bat
         for index, shard in iter_corpus_shards(batches, manifest.shard_size):
             if _skip_finished(out_dir, done, index, shard, bar):
                 continue
-            ids, titles, texts = _shard_columns(shard)
+            ids, titles, texts = shard_columns(shard)
             tasks = task_queues[pending % len(devices)]
             pending += 1
             in_flight.add(index)

@@ -48,8 +48,8 @@ def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
 
 
 def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatch) -> None:
-    from flows.dense_parallel import mapping_runner, task_threads
-    from flows.task_runners import DASK_ADDRESS_ENV
+    from flows.dense_parallel import task_threads
+    from flows.task_runners import DASK_ADDRESS_ENV, mapping_runner
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert mapping_runner(None) is None  # today's path: in process, or one process per GPU

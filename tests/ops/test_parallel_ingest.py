@@ -42,15 +42,15 @@ def test_where_chunks_go(monkeypatch: pytest.MonkeyPatch) -> None:
     from prefect.task_runners import ProcessPoolTaskRunner
     from prefect_dask import DaskTaskRunner
 
-    from flows.wikipedia import chunk_runner
+    from flows.task_runners import mapping_runner
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
-    assert chunk_runner(None) is None
-    assert isinstance(chunk_runner(RunnerSettings(kind="processes", workers=2)).task_runner(), ProcessPoolTaskRunner)
-    by_parameter = chunk_runner(RunnerSettings(dask_address="tcp://10.0.0.5:8786")).task_runner()
+    assert mapping_runner(None) is None
+    assert isinstance(mapping_runner(RunnerSettings(kind="processes", workers=2)).task_runner(), ProcessPoolTaskRunner)
+    by_parameter = mapping_runner(RunnerSettings(dask_address="tcp://10.0.0.5:8786")).task_runner()
     assert isinstance(by_parameter, DaskTaskRunner) and by_parameter.address == "tcp://10.0.0.5:8786"
     monkeypatch.setenv(DASK_ADDRESS_ENV, "tcp://10.0.0.6:8786")
-    by_environment = chunk_runner(None).task_runner()
+    by_environment = mapping_runner(None).task_runner()
     assert isinstance(by_environment, DaskTaskRunner) and by_environment.address == "tcp://10.0.0.6:8786"
 
 
