@@ -178,8 +178,9 @@ def _encode(ws: Workspace, model: str, shard_size: int, batch_size: int, dtype: 
     runner = mapping_runner(runner)
     if runner is None:
         return encode_task(str(ws.root), model, shard_size, batch_size, dtype, precision)
-    return encode_on_runner(runner, model=model, workspace=str(ws.root), shard_size=shard_size, batch_size=batch_size,
-                            dtype=dtype, precision=precision)  # fmt: skip
+    report = encode_on_runner(runner, model=model, workspace=str(ws.root), shard_size=shard_size,
+                              batch_size=batch_size, dtype=dtype, precision=precision)  # fmt: skip
+    return {**report, "runner": runner.describe()}
 
 
 # --- index ----------------------------------------------------------------------------------

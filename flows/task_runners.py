@@ -54,6 +54,14 @@ class RunnerSettings(BaseModel):
                                      "(default: $ODQA_DASK_ADDRESS)")
     bm25_batch: int = Field(default=64, ge=1, description="Questions per BM25 retrieval task")
 
+    def describe(self) -> str:
+        """Where the tasks run, for stage reports: `threads (2 workers)`, `dask tcp://host:8786`..."""
+        address = dask_address(self.dask_address)
+        if address:
+            return f"dask {address}"
+        workers = self.workers or (2 if self.kind == "dask" else os.cpu_count() or 1)
+        return f"{'dask local cluster' if self.kind == 'dask' else self.kind} ({workers} workers)"
+
     def task_runner(self) -> TaskRunner:
         """The Prefect task runner these settings name."""
         return make_task_runner(self.kind, self.workers, self.dask_address)

@@ -212,8 +212,10 @@ def ingest_wikipedia_flow(
     settings = mapping_runner(runner)
     if settings is None:
         report = ingest_dump_task(str(ws.root), str(path), asdict(options), stage_fp)
+        report["cleaned_on"] = f"local process pool (up to {workers} workers)"
     else:
         mapped = ingest_chunks_flow.with_options(task_runner=settings.task_runner())
         report = mapped(str(ws.root), str(path), asdict(options), stage_fp, settings)
+        report["cleaned_on"] = settings.describe()
     log.info("ingested %s: %s", path.name, report)
     return {**report, "noop": False}

@@ -129,6 +129,7 @@ def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, mode
         report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
         assert report["passages"] == PASSAGES and report["shards"] == 4 and report["encoded_now"] == PASSAGES
         assert report.get("tasks") == (None if runner is None else 4), report
+        assert report.get("runner") == (None if runner is None else f"dask {cluster}"), report
         results[name] = embeddings(ws, model)
     ids, vectors, shards = results["unmapped"]
     assert len(set(ids)) == PASSAGES and vectors.shape == (PASSAGES, 384)

@@ -32,6 +32,7 @@ def reference(prefect_harness, tmp_path_factory) -> dict[str, list[dict]]:
         patch.delenv(DASK_ADDRESS_ENV, raising=False)
         report = ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(ws_dir), chunk_pages=CHUNK_PAGES)
     assert report["rows_articles"] == 182 and report["rows_passages"] > 100
+    assert report["cleaned_on"].startswith("local process pool")
     rows = _rows(ws_dir)
     assert [r["article_id"] for r in rows["articles"]] == [p.page_id for p in iter_pages(SAMPLE_DUMP)]
     return rows
@@ -70,6 +71,7 @@ def test_chunks_on_a_local_dask_cluster_equal_the_default_runner(
         cleaned_on_cluster = cluster.scheduler.task_prefixes["clean_chunk_task"].state_counts["memory"]
     assert cleaned_on_cluster == 10  # every chunk went to the cluster's workers
     assert report["resumed_chunks"] == 0 and report["rows_articles"] == 182
+    assert report["cleaned_on"] == f"dask {cluster.scheduler_address}"
     assert _rows(ws_dir) == reference
 
 

@@ -64,3 +64,14 @@ def test_cli_runner_options_name_settings_only_when_given() -> None:
     on_cluster = runner_settings(None, None, "tcp://127.0.0.1:8786")
     assert on_cluster.kind == "dask" and on_cluster.dask_address == "tcp://127.0.0.1:8786"
     assert runner_settings(None, 2, None).kind == "threads"
+
+
+def test_runner_descriptions_name_where_tasks_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.task_runners import DASK_ADDRESS_ENV, RunnerSettings
+
+    monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
+    assert RunnerSettings(kind="processes", workers=3).describe() == "processes (3 workers)"
+    assert RunnerSettings(kind="dask").describe() == "dask local cluster (2 workers)"
+    assert RunnerSettings(dask_address="tcp://10.0.0.5:8786").describe() == "dask tcp://10.0.0.5:8786"
+    monkeypatch.setenv(DASK_ADDRESS_ENV, "tcp://10.0.0.6:8786")
+    assert RunnerSettings().describe() == "dask tcp://10.0.0.6:8786"
