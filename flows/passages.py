@@ -7,10 +7,10 @@ from typing import Any
 
 import pyarrow as pa
 from prefect import flow, task
-from tqdm.auto import tqdm
 
 from flows.runtime import stage_logger
 from pipelines.passage_formats import read_beir_corpus, read_dpr_tsv, write_dpr_tsv
+from pipelines.progress import progress
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -28,14 +28,13 @@ def import_passages(ws: Workspace, fmt: str, path: Path, stage_fingerprint: str)
     with ws.transaction(f"import-passages:{source}", fingerprint=stage_fingerprint) as tx:
         tx.replace_source("passages", source)
         writer = tx.writer("passages", source=source)
-        progress = tqdm(desc=f"import {path.name}", unit=" passages", disable=None)
-        for batch in READERS[fmt](path):
-            table = pa.Table.from_batches([batch])
-            writer.write(table.append_column("source", pa.array([source] * table.num_rows, pa.string())))
-            rows += batch.num_rows
-            progress.update(batch.num_rows)
+        with progress(None, f"import {path.name}", "passages") as bar:
+            for batch in READERS[fmt](path):
+                table = pa.Table.from_batches([batch])
+                writer.write(table.append_column("source", pa.array([source] * table.num_rows, pa.string())))
+                rows += batch.num_rows
+                bar.update(batch.num_rows)
         writer.close()
-        progress.close()
         tx.report = {"format": fmt, "path": str(path), "passages": rows}
     return {"format": fmt, "path": str(path), "passages": rows, "source": source}
 

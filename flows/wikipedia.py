@@ -23,10 +23,10 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
-from tqdm.auto import tqdm
 
 from flows.runtime import stage_logger
 from flows.task_runners import RunnerSettings, mapping_runner
+from pipelines.progress import progress
 from pipelines.wikipedia.dump_reader import RawPage
 from pipelines.wikipedia.ingest import (
     ChunkResult,
@@ -81,23 +81,22 @@ def ingest_dump(
             counts.update(meta["counts"])
             skipped.update(meta["skipped"])
             resumed += 1
-        progress = tqdm(desc=f"ingest {dump.name}", unit=" pages", disable=None)
-        for chunk in chunks(resumed):
-            tx.write_group(
-                _chunk_key(chunk.index),
-                {
-                    "articles": _with_source(chunk.articles),
-                    "passages": _with_source(chunk.passages),
-                    "category_links": _with_source(chunk.category_links),
-                },
-                source=SOURCE,
-                meta={"counts": chunk.counts, "skipped": chunk.skipped},
-            )
-            counts.update(chunk.counts)
-            skipped.update(chunk.skipped)
-            problems.extend(chunk.problems)
-            progress.update(chunk.pages)
-        progress.close()
+        with progress(None, f"ingest {dump.name}", "pages") as bar:
+            for chunk in chunks(resumed):
+                tx.write_group(
+                    _chunk_key(chunk.index),
+                    {
+                        "articles": _with_source(chunk.articles),
+                        "passages": _with_source(chunk.passages),
+                        "category_links": _with_source(chunk.category_links),
+                    },
+                    source=SOURCE,
+                    meta={"counts": chunk.counts, "skipped": chunk.skipped},
+                )
+                counts.update(chunk.counts)
+                skipped.update(chunk.skipped)
+                problems.extend(chunk.problems)
+                bar.update(chunk.pages)
         report = {
             "dump": str(dump),
             "resumed_chunks": resumed,

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from models.config import RetrieverConfig
+from pipelines.progress import progress
 
 Inputs = dict[str, torch.Tensor]
 WEIGHTS_NAME = "model.safetensors"
@@ -176,17 +176,12 @@ class Retriever(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            with torch.inference_mode():
-                for start in tqdm(
-                    range(0, count, batch_size),
-                    desc=f"encode {what}",
-                    unit="batch",
-                    disable=None,
-                    leave=False,
-                ):
+            with torch.inference_mode(), progress(count, f"encode {what}", what, leave=False) as bar:
+                for start in range(0, count, batch_size):
                     idx = order[start : start + batch_size]
                     inputs = {k: v.to(target) for k, v in tokenize(idx).items()}
                     out[idx] = embed(inputs).float().cpu().numpy()
+                    bar.update(len(idx))
         finally:
             self.train(was_training)
         return out

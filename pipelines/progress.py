@@ -14,7 +14,8 @@ This module imports no Prefect (pipelines/ and models/ must run without it): flo
 ``odqa.progress`` logger into the flow run's logs (``flows.runtime``), which is what Prefect's
 UI shows in a run's log tab.
 
-``ODQA_PROGRESS`` forces a mode: ``bar``, ``log`` or ``off``.
+``ODQA_PROGRESS`` forces a mode: ``bar``, ``log`` or ``off``. Under torchrun only rank 0
+reports (pass ``enabled=context.is_main``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ MODES = ("bar", "log", "off")
 T = TypeVar("T")
 
 log = logging.getLogger(LOGGER_NAME)
+# Progress records are INFO; a root logger at WARNING (Python's and Prefect's default) would
+# swallow them before any handler (console, Prefect API) sees them.
+if log.level == logging.NOTSET:
+    log.setLevel(logging.INFO)
 
 
 def progress_mode() -> str:
@@ -91,7 +96,9 @@ class Progress:
     """One loop's progress; use as a context manager, call :meth:`update` per unit of work.
 
     ``fields`` passed to :meth:`update` or :meth:`set_fields` (loss, lr, ...) are shown on the
-    bar and in every log record; the latest value of each wins.
+    bar and in every log record; the latest value of each wins. ``leave=False`` is for short
+    inner loops run many times (encoding one chunk of questions): the bar vanishes when done and,
+    off a terminal, the final record is written only if the loop lasted long enough to log one.
     """
 
     def __init__(
@@ -102,6 +109,7 @@ class Progress:
         *,
         initial: int = 0,
         enabled: bool = True,
+        leave: bool = True,
         mode: str | None = None,
         interval: float | None = None,
         logger: logging.Logger | None = None,
@@ -112,6 +120,7 @@ class Progress:
         self.n = initial
         self.initial = initial
         self.fields: dict[str, Any] = {}
+        self.leave = leave
         self.mode = "off" if not enabled else (mode or progress_mode())
         self.interval = progress_interval() if interval is None else interval
         self.logger = logger or log
@@ -124,7 +133,7 @@ class Progress:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, unit_scale=True,
-                             smoothing=0.05, dynamic_ncols=True)
+                             smoothing=0.05, dynamic_ncols=True, leave=leave)
 
     def __enter__(self) -> Progress:
         return self
@@ -164,7 +173,7 @@ class Progress:
         self.closed = True
         if self._bar is not None:
             self._bar.close()
-        elif self.mode == "log":
+        elif self.mode == "log" and (self.leave or self.records or failed):
             self._log(time.monotonic(), final="stopped" if failed else "done")
 
     def rate(self, now: float | None = None) -> float:
@@ -203,7 +212,10 @@ class Progress:
     def _log(self, now: float, final: str | None = None) -> None:
         self.last_logged = now
         self.records += 1
-        self.logger.info(self.message(now, final))
+        if self.logger.hasHandlers():
+            self.logger.info(self.message(now, final))
+        else:  # a bare script: no logging configured, still show progress on stderr
+            print(self.message(now, final), file=sys.stderr, flush=True)
 
 
 def progress(

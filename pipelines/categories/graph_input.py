@@ -30,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from pipelines.categories.sql_dump import DumpStats, SqlDumpError, SqlDumpReader, dump_columns
 from pipelines.categories.titles import NAMESPACE_NAMES, normalize_titles
+from pipelines.progress import Progress
 from storage.schemas import row_schema
 
 __all__ = [
@@ -326,8 +326,7 @@ class SqlCategoryGraph:
         return SqlDumpReader(path, table=table, columns=schema, skip_bad=self.skip_bad)
 
     def _progress(self, reader: SqlDumpReader, label: str) -> Iterator[pa.RecordBatch]:
-        disable = None if self.progress is None else not self.progress
-        with tqdm(desc=label, unit=" rows", unit_scale=True, disable=disable) as bar:
+        with Progress(None, label, "rows", enabled=self.progress is not False) as bar:
             for batch in reader:
                 bar.update(batch.num_rows)
                 yield batch

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from pipelines.categories.domain_config import DomainConfig
 from pipelines.categories.titles import (
@@ -46,6 +45,7 @@ from pipelines.categories.titles import (
     split_namespace,
     strip_namespace_prefix,
 )
+from pipelines.progress import Progress
 
 __all__ = [
     "BatchSource",
@@ -264,19 +264,20 @@ def _read_links(source: BatchSource, progress: bool | None) -> _Links:
     """One pass over category_links. Names are dictionary-encoded per group (4M rows), so a name
     repeated on a million rows is kept once per group, and rows become int positions."""
     links = _Links()
-    show = None if progress is None else not progress
-    groups = _grouped(_batches(source, ["title", "namespace", "category"]))
-    for group in tqdm(groups, desc="category links", disable=show, unit=" groups"):
-        valid = pc.and_(pc.is_valid(group.column("title")), pc.is_valid(group.column("category")))
-        ns = group.column("namespace")
-        for want_ns, child, parent in (
-            (CATEGORY_NS, links.cat_child, links.cat_parent),
-            (ARTICLE_NS, links.art_child, links.art_parent),
-        ):
-            rows = group.filter(pc.and_(valid, pc.equal(ns, want_ns)))
-            if rows.num_rows:
-                child.add(rows.column("title"))
-                parent.add(rows.column("category"))
+    total = source.num_rows if isinstance(source, pa.Table) else None
+    with Progress(total, "category links", "rows", enabled=progress is not False) as bar:
+        for group in _grouped(_batches(source, ["title", "namespace", "category"])):
+            valid = pc.and_(pc.is_valid(group.column("title")), pc.is_valid(group.column("category")))
+            ns = group.column("namespace")
+            for want_ns, child, parent in (
+                (CATEGORY_NS, links.cat_child, links.cat_parent),
+                (ARTICLE_NS, links.art_child, links.art_parent),
+            ):
+                rows = group.filter(pc.and_(valid, pc.equal(ns, want_ns)))
+                if rows.num_rows:
+                    child.add(rows.column("title"))
+                    parent.add(rows.column("category"))
+            bar.update(group.num_rows)
     return links
 
 

@@ -26,10 +26,10 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from pipelines.dense.faiss_index import DenseIndex
 from pipelines.evaluation.answers import AnswerMatcher, MatchMode
+from pipelines.progress import Progress
 
 
 class QuestionTower(Protocol):
@@ -130,8 +130,7 @@ def query_side_finetune(
     torch.manual_seed(config.seed)
     result = QsftResult(steps=0)
     retriever.train(True)
-    bar = tqdm(total=total_steps, desc="qsft", unit="step", disable=None if config.progress is None
-               else not config.progress)
+    bar = Progress(total_steps, "qsft", "step", enabled=config.progress is not False)
     try:
         for _ in range(config.epochs):
             order = list(range(len(questions)))
@@ -162,10 +161,12 @@ def query_side_finetune(
                     used_sum += used
                 scheduler.step()
                 result.steps += 1
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
+                bar.update(1, loss=loss.item(), lr=scheduler.get_last_lr()[0])
             result.epoch_losses.append(loss_sum / used_sum if used_sum else float("nan"))
             result.answerable.append(used_sum / len(questions))
+    except BaseException:
+        bar.close(failed=True)
+        raise
     finally:
         bar.close()
         retriever.train(False)

@@ -37,8 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
+from pipelines.progress import track
 from pipelines.questions.duck import duckdb_session, sql_string
 from pipelines.questions.jsonstream import JsonFormatError, open_text
 from pipelines.questions.rows import QUESTION_SCHEMA, question_row, stable_id, table
@@ -117,7 +117,7 @@ def parse_paq_line(record: Any, where: str) -> tuple[str, list[str], list[str]]:
 
 def _rows(path: Path, counts: Counter[str]) -> Iterator[tuple[str, str, int, list[str]]]:
     with open_text(path) as handle:
-        for line_no, line in enumerate(tqdm(handle, desc=f"PAQ {path.name}", unit=" lines", disable=None), 1):
+        for line_no, line in enumerate(track(handle, f"PAQ {path.name}", "lines"), 1):
             if not line.strip():
                 continue
             counts["lines"] += 1

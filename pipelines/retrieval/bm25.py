@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from tqdm import tqdm
 
+from pipelines.progress import progress, track
 from pipelines.retrieval.java import JavaInfo, ensure_java
 from pipelines.retrieval.runs import RUN_SCHEMA
 
@@ -94,7 +94,7 @@ def write_json_collection(
             for i in range(max(1, files))
         ]
         for count, (passage_id, title, text) in enumerate(
-            tqdm(records, desc="writing passages for Lucene", unit=" passages", disable=None), start=1
+            track(records, "BM25 collection", "passages"), start=1
         ):
             passage_id = str(passage_id)
             if not passage_id or any(c.isspace() for c in passage_id):
@@ -106,6 +106,8 @@ def write_json_collection(
 
 _COUNT_LINES = {name: re.compile(rf"{name}:\s+(\d+)") for name in ("indexed", "empty", "skipped", "errors")}
 _TOTAL_LINE = re.compile(r"Total ([\d,]+) documents indexed")
+_PROGRESS_LINE = re.compile(r"([\d,]+) documents indexed")
+INDEXER_POLL_S = 2.0
 
 
 def _indexer_counts(log: str) -> dict[str, int]:
@@ -152,6 +154,28 @@ def _pyserini_version() -> str:
     return version("pyserini")
 
 
+def _run_indexer(command: list[str], log_path: Path, documents: int) -> int:
+    """Run the indexer with its output in ``log_path``; its periodic "N documents indexed" lines
+    drive the progress (the JVM's own log is all there is to watch). Returns the exit code."""
+    with open(log_path, "w", encoding="utf-8") as log_file, progress(documents, "BM25 index", "passages") as bar:
+        indexer = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=dict(os.environ))
+        try:
+            while True:
+                try:
+                    returncode = indexer.wait(timeout=INDEXER_POLL_S)
+                except subprocess.TimeoutExpired:
+                    returncode = None
+                seen = _PROGRESS_LINE.findall(log_path.read_text(encoding="utf-8", errors="replace"))
+                if seen:
+                    bar.update(int(seen[-1].replace(",", "")) - bar.n)
+                if returncode is not None:
+                    return returncode
+        finally:
+            if indexer.poll() is None:  # interrupted: do not leave the JVM running
+                indexer.kill()
+                indexer.wait()
+
+
 def build_index(
     records: Iterable[tuple[str, str | None, str | None]],
     index_dir: Path,
@@ -180,21 +204,15 @@ def build_index(
             raise IndexBuildError("no passages to index")
         staged = work / "index"
         log_path = work / LOG_FILE
-        with open(log_path, "w", encoding="utf-8") as log_file:
-            done = subprocess.run(
-                pyserini_index_command(work / "collection", staged, threads),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=dict(os.environ),
-            )
+        returncode = _run_indexer(pyserini_index_command(work / "collection", staged, threads), log_path, written)
         log = log_path.read_text(encoding="utf-8", errors="replace")
         counts = _indexer_counts(log)
         indexed = counts.get("total", counts.get("indexed", -1))
         empty = counts.get("empty", 0)
-        if done.returncode != 0 or counts.get("errors", 0) or indexed + empty != written:
+        if returncode != 0 or counts.get("errors", 0) or indexed + empty != written:
             tail = "\n".join(log.splitlines()[-25:])
             raise IndexBuildError(
-                f"pyserini indexer exit code {done.returncode}: {written} passages written, "
+                f"pyserini indexer exit code {returncode}: {written} passages written, "
                 f"{indexed} indexed, {empty} empty, {counts.get('errors', '?')} errors\n{tail}"
             )
         info = IndexInfo(
@@ -297,7 +315,7 @@ class Bm25Searcher:
         """
         threads = threads or os.cpu_count() or 1
         seen: set[str] = set()
-        with tqdm(total=total, desc="BM25 search", unit=" questions", disable=None) as bar:
+        with progress(total, "BM25 search", "questions") as bar:
             for chunk in _chunks(questions, batch_size):
                 qids = [str(qid) for qid, _ in chunk]
                 for qid in qids:

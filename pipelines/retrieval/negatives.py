@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipelines.evaluation.answers import AnswerMatcher
+from pipelines.progress import track
 from pipelines.retrieval.runs import ranked_lists
 
 MAX_HARD_NEGATIVES = 30
@@ -45,7 +46,8 @@ def select_hard_negatives(
         else [None] * len(qids)
     )
     negatives: list[list[str]] = []
-    for qid, question_answers, question_positives in zip(qids, answers, positives, strict=True):
+    rows = zip(qids, answers, positives, strict=True)
+    for qid, question_answers, question_positives in track(rows, "BM25 negatives", "questions", total=len(qids)):
         excluded = {str(p) for p in question_positives or ()}
         candidates = [pid for pid in ranked.get(qid, []) if str(pid) not in excluded]
         chosen: list[str] = []
