@@ -81,3 +81,13 @@ def all_reduce_mean(value: float, context: DistributedContext) -> float:
     tensor = torch.tensor([value], device=context.device, dtype=torch.float64)
     dist.all_reduce(tensor)
     return float(tensor.item()) / context.world_size
+
+
+def main_decides(flag: bool, context: DistributedContext) -> bool:
+    """Rank 0's `flag` on every rank: a decision taken from the wall clock (time to checkpoint)
+    differs between processes, and a collective step that only some ranks enter would hang."""
+    if not context.enabled:
+        return flag
+    tensor = torch.tensor([1 if flag else 0], device=context.device, dtype=torch.int32)
+    dist.broadcast(tensor, src=0)
+    return bool(tensor.item())

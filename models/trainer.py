@@ -8,8 +8,13 @@
   whole (global, under torchrun) micro-batch.
 - Dev R@K every `eval_every` steps and at the end; the best model is kept in `<output>/best`.
 - `<output>/checkpoint` always holds the latest resumable state (weights, optimizer, schedule,
-  RNG states, data position), written atomically and without pickle. Given the same data,
-  config and seed, N steps + resume + N steps equals 2N steps straight through on CPU.
+  RNG states, data position), written atomically (temporary folder, rename) and without
+  pickle, every `checkpoint_minutes` of wall time (default 10), every `checkpoint_every` steps
+  if given, and at the end; only the latest is kept. Given the same data, config and seed,
+  N steps + resume + N steps equals 2N steps straight through on CPU.
+- Progress (`pipelines.progress`): a bar on a terminal, rate-limited log records off it, with
+  loss, learning rate and examples/s; every `log_every` steps the same figures go to the
+  checkpoint's `log` (the `training_log` table once the model is registered).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +34,21 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from models.base import WEIGHTS_NAME, Retriever, load_weights, replace_directory
 from models.config import DESIRE_ME_ARCHS
 from models.data import Batch, MultiSetSampler, TrainingExample, collate, derived_seed
 from models.dev_eval import DevEvaluator
-from models.distributed import DistributedContext, barrier, gather_with_local_grad, init_distributed
+from models.distributed import (
+    DistributedContext,
+    barrier,
+    gather_with_local_grad,
+    init_distributed,
+    main_decides,
+)
 from models.losses import OBJECTIVES, objective
 from models.training_state import is_checkpoint, read_training_files, write_training_files
+from pipelines.progress import Progress
 
 AMP_MODES = ("auto", "bf16", "fp16", "none")
 
@@ -60,7 +72,8 @@ class TrainingConfig:
     amp: str = "auto"
     seed: int = 0
     eval_every: int | None = None  # optimizer steps; None: evaluate at the end only
-    checkpoint_every: int | None = None  # default: eval_every, else only at the end
+    checkpoint_every: int | None = None  # steps; default: eval_every (besides the time-based ones)
+    checkpoint_minutes: float | None = 10.0  # wall time between checkpoints; None: by steps only
     select_metric: str = "R@20"
     device: str | None = None
     log_every: int = 10
@@ -83,6 +96,8 @@ class TrainingConfig:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
+        if self.checkpoint_minutes is not None and not self.checkpoint_minutes > 0:
+            raise ValueError(f"checkpoint_minutes must be > 0 (or None), got {self.checkpoint_minutes}")
 
     def resume_signature(self) -> dict[str, Any]:
         """Settings that must not change between a checkpoint and its resumption."""
@@ -298,59 +313,63 @@ class Trainer:
             "position": 0,
             "best": None,
             "dev_history": [],
-            "losses": [],
+            "log": [],  # one entry per logged step: step, loss, lr, examples_per_s, elapsed_s
+            "elapsed_s": 0.0,  # training wall time over all sessions (resumes included)
+            "total_steps": total,
         }
         if resume and is_checkpoint(self.checkpoint_dir):
-            state = self._resume(model, optimizer, scaler, context)
+            state.update(self._resume(model, optimizer, scaler, context))
 
         epoch_order = self.data.epoch_order(state["epoch"])
-        progress = tqdm(
-            total=total,
-            initial=state["step"],
-            desc=f"train {model.arch}",
-            unit="step",
-            disable=None if (config.progress and context.is_main) else True,
-        )
+        bar = Progress(total, f"train {model.arch}", "step", initial=state["step"],
+                       enabled=config.progress and context.is_main)  # fmt: skip
         started, seen, last_loss = time.perf_counter(), 0, float("nan")
+        elapsed_before = state["elapsed_s"]
+        last_checkpoint = time.monotonic()
         end = total if stop_at_step is None else min(total, stop_at_step)
-        while state["step"] < end:
-            zero_gradients(optimizer, context)
-            step_loss, stats = 0.0, {}
-            for part in range(config.accumulation_steps):
-                if state["position"] + micro > len(epoch_order):
-                    state["epoch"] += 1
-                    state["position"] = 0
-                    epoch_order = self.data.epoch_order(state["epoch"])
-                window = epoch_order[state["position"] : state["position"] + micro]
-                mine = window[context.rank * config.batch_size : (context.rank + 1) * config.batch_size]
-                batch_seed = derived_seed(config.seed, state["epoch"], state["position"], context.rank)
-                state["position"] += micro
-                examples = [self.data.example(pair) for pair in mine]
-                sync = part == config.accumulation_steps - 1 or not context.enabled
-                loss_value, stats = self._micro_step(
-                    wrapped, examples, batch_seed, context, autocast_dtype, scaler, sync
-                )
-                step_loss += loss_value / config.accumulation_steps
-                seen += micro
-            learning_rate = config.learning_rate * schedule.factor(state["step"])
-            optimizer_step(optimizer, scaler, learning_rate, config.max_grad_norm)
-            state["step"] += 1
-            last_loss = step_loss
-            if state["step"] % config.log_every == 0 or state["step"] == total:
-                state["losses"].append([state["step"], step_loss])
-            rate = seen / max(time.perf_counter() - started, 1e-9)
-            shown = {k: f"{v:.3f}" for k, v in stats.items()}
-            progress.set_postfix(loss=f"{step_loss:.4f}", ex_s=f"{rate:.1f}", **shown)
-            progress.update(1)
-            done = state["step"] == total
-            if self.evaluator is not None and (
-                done or (config.eval_every and state["step"] % config.eval_every == 0)
-            ):
-                self._evaluate(model, state, context)
-            every = config.checkpoint_every or config.eval_every
-            if state["step"] == end or (every and state["step"] % every == 0):
-                self._checkpoint(model, optimizer, scaler, state, context)
-        progress.close()
+        try:
+            while state["step"] < end:
+                zero_gradients(optimizer, context)
+                step_loss, stats = 0.0, {}
+                for part in range(config.accumulation_steps):
+                    if state["position"] + micro > len(epoch_order):
+                        state["epoch"] += 1
+                        state["position"] = 0
+                        epoch_order = self.data.epoch_order(state["epoch"])
+                    window = epoch_order[state["position"] : state["position"] + micro]
+                    mine = window[context.rank * config.batch_size : (context.rank + 1) * config.batch_size]
+                    batch_seed = derived_seed(config.seed, state["epoch"], state["position"], context.rank)
+                    state["position"] += micro
+                    examples = [self.data.example(pair) for pair in mine]
+                    sync = part == config.accumulation_steps - 1 or not context.enabled
+                    loss_value, stats = self._micro_step(
+                        wrapped, examples, batch_seed, context, autocast_dtype, scaler, sync
+                    )
+                    step_loss += loss_value / config.accumulation_steps
+                    seen += micro
+                learning_rate = config.learning_rate * schedule.factor(state["step"])
+                optimizer_step(optimizer, scaler, learning_rate, config.max_grad_norm)
+                state["step"] += 1
+                last_loss = step_loss
+                session_s = time.perf_counter() - started
+                state["elapsed_s"] = elapsed_before + session_s
+                rate = seen / max(session_s, 1e-9)
+                if state["step"] % config.log_every == 0 or state["step"] == total:
+                    state["log"].append({"step": state["step"], "loss": step_loss, "lr": learning_rate,
+                                         "examples_per_s": rate, "elapsed_s": state["elapsed_s"]})  # fmt: skip
+                bar.update(1, loss=step_loss, lr=learning_rate, examples_per_s=round(rate, 1), **stats)
+                done = state["step"] == total
+                if self.evaluator is not None and (
+                    done or (config.eval_every and state["step"] % config.eval_every == 0)
+                ):
+                    self._evaluate(model, state, context)
+                if self._checkpoint_due(state["step"], end, last_checkpoint, context):
+                    self._checkpoint(model, optimizer, scaler, state, context)
+                    last_checkpoint = time.monotonic()
+        except BaseException:
+            bar.close(failed=True)
+            raise
+        bar.close()
         best = state["best"] or {}
         model_dir = self.best_dir if best and self.best_dir.is_dir() else self.checkpoint_dir
         return TrainResult(
@@ -392,6 +411,15 @@ class Trainer:
         )
 
     # --- evaluation and checkpoints ------------------------------------------------------------
+    def _checkpoint_due(self, step: int, end: int, last: float, context: DistributedContext) -> bool:
+        """At the end of this call, every `checkpoint_every` (else `eval_every`) steps, and when
+        `checkpoint_minutes` have passed since the last one (rank 0's clock decides for all)."""
+        every = self.config.checkpoint_every or self.config.eval_every
+        if step == end or (every and step % every == 0):
+            return True
+        minutes = self.config.checkpoint_minutes
+        return main_decides(minutes is not None and time.monotonic() - last >= minutes * 60, context)
+
     def _evaluate(self, model: Retriever, state: dict[str, Any], context: DistributedContext) -> None:
         if context.is_main:
             metrics = self.evaluator(model)
@@ -419,6 +447,7 @@ class Trainer:
                 model.write_model_files(staging)
                 document = {
                     **state,
+                    "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "scaler": scaler.state_dict(),
                     "config": asdict(self.config),
                     "signature": {
@@ -457,5 +486,5 @@ class Trainer:
         optimizer.load_state_dict(optimizer_state)
         if saved.get("scaler"):
             scaler.load_state_dict(saved["scaler"])
-        keys = ("step", "epoch", "position", "best", "dev_history", "losses")
-        return {k: saved[k] for k in keys}
+        keys = ("step", "epoch", "position", "best", "dev_history", "log", "elapsed_s")
+        return {k: saved[k] for k in keys if k in saved}  # log and elapsed_s: newer checkpoints only

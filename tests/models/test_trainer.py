@@ -15,7 +15,7 @@ from models.trainer import Trainer, TrainingConfig, amp_dtype
 
 def _losses(result) -> list[float]:
     state = json.loads((result.checkpoint_dir / "trainer_state.json").read_text())
-    return [loss for _, loss in state["losses"]]
+    return [entry["loss"] for entry in state["log"]]
 
 
 def test_tiny_taser_overfits_a_tiny_set(tiny_checkpoint, toy_examples, tmp_path):
