@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from flows.runtime import stage_logger
+from flows.runtime import flow_run_logs, stage_logger
 from flows.task_runners import RunnerSettings, mapping_runner
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
@@ -165,7 +165,8 @@ def encode_flow(
     embeddings are the same either way.
     """
     ws = Workspace.resolve(workspace)
-    report = _encode(ws, model, shard_size, batch_size, dtype, precision, runner)
+    with flow_run_logs():  # progress records from any thread of this process reach this run's logs
+        report = _encode(ws, model, shard_size, batch_size, dtype, precision, runner)
     stage_logger().info("encode %s: %s", model, report)
     return report
 
@@ -229,8 +230,9 @@ def index_build_flow(
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     params = _index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
-    encoded = _encode(ws, model, 50_000, batch_size, "float32", precision, runner)
-    report = index_task(str(ws.root), model, index_type, asdict(params))
+    with flow_run_logs():
+        encoded = _encode(ws, model, 50_000, batch_size, "float32", precision, runner)
+        report = index_task(str(ws.root), model, index_type, asdict(params))
     report["noop"] = bool(report["noop"] and encoded["noop"])
     log.info("index build %s: %s", model, report)
     return report

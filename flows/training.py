@@ -8,11 +8,15 @@ Tasks:
    to one run per GPU): runs the training job in-process, or under torchrun with `gpus > 1`.
 3. `register-model`: copies the best (or last) model into `<workspace>/models/<model_id>` and
    writes its row in the `models` table (arch, parameters, path, base, trained_on, config with
-   dev metrics) in one atomic commit.
+   dev metrics) and its curve in `training_log` (step, loss, lr, examples/s, elapsed) in one
+   atomic commit.
 
 The stage is keyed on the model id, parameters and the questions/passages table versions: the
-same command on unchanged data is a no-op. Checkpoints live in `models/.training/<model_id>`
-until the model is registered, so `--resume` continues an interrupted run exactly.
+same command on unchanged data is a no-op. Checkpoints (every `checkpoint_minutes`, default 10,
+and at the end) live in `models/.training/<model_id>` until the model is registered. The same
+command after a kill, or a retried flow run (same parameters), resumes from the checkpoint
+exactly when it was written for the same parameters and data; otherwise it starts over and
+says why.
 """
 
 from __future__ import annotations
@@ -30,17 +34,18 @@ from typing import Any
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from flows.runtime import stage_logger
+from flows.runtime import flow_run_logs, stage_logger
 from models.base import replace_directory
 from models.config import ARCHS, DESIRE_ME_ARCHS
 from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
 from models.job import TrainingJob, TrainSet, run_job
-from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
+from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE, is_checkpoint
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
 STAGE_PREFIX = "train"
 TRAINING_DIR = ".training"
+RUN_FILE = "run.json"  # the stage fingerprint and parameters the checkpoint beside it belongs to
 
 
 def parse_dataset_spec(spec: str, with_weight: bool = True) -> tuple[str, str, float]:
@@ -75,6 +80,53 @@ def base_identity(base: str) -> Any:
         return base
     files = [f for f in ("config.json", "model.safetensors") if (folder / f).is_file()]
     return {f: file_sha256(folder / f) for f in files}
+
+
+def checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
+    """Step, total steps and write time of a training checkpoint (from its trainer_state.json)."""
+    state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+    total = state.get("total_steps") or state.get("config", {}).get("max_steps") or "?"
+    return {"step": state["step"], "total": total, "written_at": state.get("written_at", "?")}
+
+
+def resume_decision(
+    work: Path, model_id: str, stage_fp: str, params: dict[str, Any], resume: bool | None
+) -> tuple[bool, str | None]:
+    """Whether training continues from the checkpoint in `work`, and the line saying so (or why not).
+
+    `resume=None` (the default) continues when the checkpoint was written for this stage
+    fingerprint (same parameters, data and base weights) and starts over otherwise; `True`
+    insists on continuing (an error when it cannot); `False` always starts over. Starting
+    over empties `work`.
+    """
+    checkpoint = work / "checkpoint"
+    run_file = work / RUN_FILE
+    why = None
+    if resume is False:
+        why = None if not is_checkpoint(checkpoint) else f"not resuming {model_id}: starting over as asked"
+    elif not is_checkpoint(checkpoint):
+        if resume:
+            raise ValueError(f"--resume: {model_id} has no checkpoint in {work} to continue from")
+    else:
+        saved = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else {}
+        if saved.get("fingerprint") == stage_fp:
+            where = checkpoint_summary(checkpoint)
+            return True, (f"resuming {model_id} from step {where['step']} of {where['total']} "
+                          f"(checkpoint written at {where['written_at']})")  # fmt: skip
+        old = saved.get("params", {})
+        changed = sorted(k for k in set(old) | set(params) if old.get(k) != params.get(k))
+        reason = (f"parameters changed ({', '.join(changed)})" if changed
+                  else "the questions/passages tables or the base weights changed")  # fmt: skip
+        if resume:
+            raise ValueError(f"--resume: the checkpoint of {model_id} cannot continue: {reason}")
+        why = f"not resuming {model_id} from its checkpoint: {reason}; starting over"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    temporary = work / f".{RUN_FILE}.tmp"
+    temporary.write_text(json.dumps({"fingerprint": stage_fp, "params": params}, default=str), encoding="utf-8")
+    temporary.replace(run_file)
+    return False, why
 
 
 @task(name="load-training-examples")
@@ -136,10 +188,15 @@ def register_task(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    record = {**row, "path": str(target), "created_at": datetime.now(timezone.utc)}
+    created_at = datetime.now(timezone.utc)
+    record = {**row, "path": str(target), "created_at": created_at}
+    curve = [{"model_id": model_id, **entry, "created_at": created_at} for entry in result.get("log", [])]
     with ws.transaction(f"{STAGE_PREFIX}-{model_id}", fingerprint=stage_fingerprint) as tx:
         tx.replace_source("models", model_id)
         tx.write("models", [record], source=model_id)
+        tx.replace_source("training_log", model_id)
+        if curve:
+            tx.write("training_log", curve, source=model_id)
         tx.report = {k: v for k, v in record.items() if k not in ("config", "created_at")}
     return {k: v for k, v in record.items() if k != "config"}
 
@@ -159,7 +216,7 @@ def train_flow(
     routing: str = "det",
     pooling: str | None = None,
     seed: int = 0,
-    resume: bool = False,
+    resume: bool | None = None,
     workspace: str | None = None,
     gpus: int = 1,
     accumulation_steps: int = 1,
@@ -170,8 +227,13 @@ def train_flow(
     num_experts: int | None = None,
     warmup_steps: int | None = None,
     amp: str = "auto",
+    checkpoint_minutes: float | None = 10.0,
 ) -> dict[str, Any]:
     """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
+
+    A checkpoint is written every `checkpoint_minutes` (and at the end). `resume`: None (default)
+    continues from a checkpoint of the same parameters and data (after a kill, or when Prefect
+    retries the run), else starts over and says why; True requires continuing; False starts over.
 
     `amp`: "auto" (bf16/fp16 autocast on GPU, full precision on CPU), "bf16" (also on CPU: about
     2x faster per step on CPUs with bf16 matrix units), "fp16" (GPU only) or "none"."""
@@ -223,8 +285,9 @@ def train_flow(
         return {**(record.report if record else {}), "noop": True}
 
     work = ws.models_dir / TRAINING_DIR / model_id
-    if not resume and work.exists():
-        shutil.rmtree(work)
+    resuming, message = resume_decision(work, model_id, stage_fp, params, resume)
+    if message:
+        log.info("%s", message)
     data_dir = work / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     train_sets, loaded = [], {}
@@ -261,6 +324,7 @@ def train_flow(
         "temperature": temperature,
         "warmup_steps": warmup_steps,
         "amp": amp,
+        "checkpoint_minutes": checkpoint_minutes,
     }
     job = TrainingJob(
         arch=arch,
@@ -269,12 +333,13 @@ def train_flow(
         train_sets=train_sets,
         dev_path=dev_path,
         model_options=model_options,
-        resume=resume,
+        resume=resuming,
         result_path=str(work / "result.json"),
     )
     job_file = work / "job.json"
     job.write(job_file)
-    result = train_task(str(job_file), gpus)
+    with flow_run_logs():  # progress records from any thread of this process reach this run's logs
+        result = train_task(str(job_file), gpus)
 
     trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
     config = {
@@ -309,5 +374,7 @@ def train_flow(
             **{f"dev_{k}": v for k, v in result["best_metrics"].items()},
         }
     )
+    if resuming:
+        report["resumed"] = message
     log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
     return {**report, "noop": False}

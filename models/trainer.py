@@ -126,6 +126,7 @@ class TrainResult:
     best_step: int | None = None
     dev_history: list[dict[str, Any]] = field(default_factory=list)
     examples_per_second: float = 0.0
+    log: list[dict[str, float]] = field(default_factory=list)  # step, loss, lr, examples_per_s, elapsed_s
 
 
 class WarmupLinearSchedule:
@@ -384,6 +385,7 @@ class Trainer:
             best_step=best.get("step"),
             dev_history=list(state["dev_history"]),
             examples_per_second=seen / max(time.perf_counter() - started, 1e-9),
+            log=list(state["log"]),
         )
 
     # --- steps -------------------------------------------------------------------------------

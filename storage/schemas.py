@@ -117,6 +117,19 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("config", pa.string()),
         ]
     ),
+    # Training curves: one row per logged optimizer step of a registered model (`odqa train`),
+    # written in the same commit as its `models` row.
+    "training_log": pa.schema(
+        [
+            ("model_id", pa.string()),
+            ("step", pa.int64()),
+            ("loss", pa.float64()),
+            ("lr", pa.float64()),
+            ("examples_per_s", pa.float64()),
+            ("elapsed_s", pa.float64()),
+            ("created_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
 }
 
 

@@ -108,7 +108,17 @@ ARCH_CHOICES = [
               help="Mixed precision: auto = bf16/fp16 on GPU, fp32 on CPU; bf16 also works on CPU (faster with "
                    "bf16 units); fp16 needs a GPU.")  # fmt: skip
 @click.option(
-    "--resume", is_flag=True, help="Continue an interrupted run of this model id from its checkpoint."
+    "--resume/--restart",
+    default=None,
+    help="Default: continue an interrupted run of this model id from its checkpoint when it was written for the "
+    "same parameters and data, else start over (saying why). --resume: must continue; --restart: start over.",
+)
+@click.option(
+    "--checkpoint-minutes",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Wall time between resumable checkpoints (one is also written at the end).",
 )
 @click.option(
     "--qsft",
@@ -142,7 +152,8 @@ def train(
     gpus: int,
     seed: int,
     amp: str,
-    resume: bool,
+    resume: bool | None,
+    checkpoint_minutes: float,
     qsft: bool,
     index_type: str,
 ) -> None:
@@ -187,5 +198,6 @@ def train(
         num_experts=num_experts,
         warmup_steps=warmup_steps,
         amp=amp,
+        checkpoint_minutes=checkpoint_minutes,
     )
     echo_report(f"train {model_id}", report)
