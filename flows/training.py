@@ -39,7 +39,7 @@ from models.base import replace_directory
 from models.config import ARCHS, DESIRE_ME_ARCHS
 from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
 from models.job import TrainingJob, TrainSet, run_job
-from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE, is_checkpoint
+from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE, is_checkpoint, recover_checkpoint
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -101,6 +101,7 @@ def resume_decision(
     """
     checkpoint = work / "checkpoint"
     run_file = work / RUN_FILE
+    recover_checkpoint(checkpoint)
     why = None
     if resume is False:
         why = None if not is_checkpoint(checkpoint) else f"not resuming {model_id}: starting over as asked"

@@ -12,7 +12,9 @@ Nothing is pickled, so loading a checkpoint cannot execute code.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,30 @@ def read_training_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def is_checkpoint(folder: Path) -> bool:
     return (Path(folder) / STATE_FILE).is_file()
+
+
+def recover_checkpoint(folder: Path) -> bool:
+    """Put back the newest complete checkpoint a kill left under a temporary name; True if found.
+
+    A checkpoint is staged in ``.<name>.tmp-*`` and swapped in by two renames (the previous one
+    to ``.<name>.old-*``, then the staged one into place). A kill between them leaves no
+    ``folder`` but a complete checkpoint beside it (``trainer_state.json`` is written last, so
+    its presence means complete). Leftover partial or older copies are removed.
+    """
+    folder = Path(folder)
+    if not folder.parent.is_dir():
+        return is_checkpoint(folder)
+    leftovers = [p for p in folder.parent.glob(f".{folder.name}.*-*") if p.is_dir()]
+    complete = [p for p in leftovers if is_checkpoint(p)]
+    if not is_checkpoint(folder) and complete:
+        def step_of(path: Path) -> int:
+            return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))["step"]
+
+        newest = max(complete, key=step_of)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(newest, folder)
+        leftovers.remove(newest)
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    return is_checkpoint(folder)
