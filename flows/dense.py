@@ -35,6 +35,7 @@ from prefect import flow, task
 
 from flows.runtime import flow_run_logs, stage_logger
 from flows.task_runners import RunnerSettings, mapping_runner
+from pipelines.progress import progress
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
 
@@ -265,9 +266,11 @@ def search_questions(retriever, index, questions: pa.Table, k: int) -> Iterator[
     questions. The encoder pads within what it is given, so the same chunks give the same
     vectors bit for bit, whichever process or task searches them."""
     qids, texts = questions["question_id"].cast(pa.string()), questions["question"].to_pylist()
-    for start in range(0, len(qids), QUESTION_CHUNK):
-        vectors = retriever.encode_questions(texts[start:start + QUESTION_CHUNK])
-        yield index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
+    with progress(len(qids), "dense search", "questions") as bar:
+        for start in range(0, len(qids), QUESTION_CHUNK):
+            vectors = retriever.encode_questions(texts[start:start + QUESTION_CHUNK])
+            yield index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
+            bar.update(len(vectors))
 
 
 def mine_questions(ws: Workspace, retriever, index, questions: pa.Table, depth: int, count: int, mode: str) -> Any:

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.evaluation.answers import AnswerMatcher, MatchMode
+from pipelines.progress import track
 
 TrainingMode = Literal["single-set", "multi-set"]
 TRAINING_MODES: tuple[TrainingMode, ...] = ("single-set", "multi-set")
@@ -82,7 +83,8 @@ def mine_hard_negatives(
     out_q: list[str] = []
     out_neg: list[list[str]] = []
     excluded_gold = excluded_answer = without = unknown = 0
-    for qid, ranked in _ordered_run(run, depth).items():
+    ordered = _ordered_run(run, depth)
+    for qid, ranked in track(ordered.items(), "mine negatives", "questions", total=len(ordered)):
         if qid not in answers:
             unknown += 1
             continue
