@@ -8,7 +8,9 @@ flows attach one :class:`FlowRunLogHandler` to the ``odqa`` logger: it links a r
 run found in the emitting thread's context, else to the innermost flow run that entered
 :func:`flow_run_logs` in this process, and hands it to Prefect's batched API log worker, the
 path Prefect's own run loggers take. That is what the UI's log tab of a running ``train`` or
-``encode`` deployment shows. Records emitted outside any flow run are not sent.
+``encode`` deployment shows. Records emitted outside any flow run are not sent. Child processes
+without Prefect context (torchrun ranks) get the run id and API address in their environment
+(:func:`run_log_env`) and adopt the run with :func:`adopt_flow_run_from_env`.
 
 Prefect's ``PREFECT_LOGGING_EXTRA_LOGGERS`` is not enough here: it needs the setting before
 Prefect configures logging, and its handler drops (with a warning) every record of a thread
@@ -18,6 +20,7 @@ without run context.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from contextlib import contextmanager
 from prefect.logging.handlers import APILogHandler
 
 ROUTED_LOGGER = "odqa"
+FLOW_RUN_ENV = "ODQA_FLOW_RUN_ID"
 
 _active_runs: list[uuid.UUID] = []
 _active_lock = threading.Lock()
@@ -62,9 +66,7 @@ class FlowRunLogHandler(APILogHandler):
     def emit(self, record: logging.LogRecord) -> None:
         if not getattr(record, "flow_run_id", None):
             flow_run_id, task_run_id = _context_run_ids()
-            if flow_run_id is None:
-                with _active_lock:
-                    flow_run_id = _active_runs[-1] if _active_runs else None
+            flow_run_id = flow_run_id or _current_flow_run()
             if flow_run_id is None:
                 return  # not part of a flow run: nowhere to send it
             record.flow_run_id = flow_run_id
@@ -100,6 +102,40 @@ def flow_run_logs() -> Iterator[uuid.UUID | None]:
     finally:
         with _active_lock:
             _active_runs.remove(flow_run_id)
+
+
+def _current_flow_run() -> uuid.UUID | None:
+    flow_run_id, _ = _context_run_ids()
+    if flow_run_id is None:
+        with _active_lock:
+            flow_run_id = _active_runs[-1] if _active_runs else None
+    return flow_run_id
+
+
+def run_log_env() -> dict[str, str]:
+    """Environment entries for a child process whose ``odqa.*`` records belong to the current
+    flow run: its id and the API it reports to (also a temporary server's). Empty outside a run."""
+    flow_run_id = _current_flow_run()
+    if flow_run_id is None:
+        return {}
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        api_url = str(client.api_url)
+    return {FLOW_RUN_ENV: str(flow_run_id), "PREFECT_API_URL": api_url}
+
+
+def adopt_flow_run_from_env() -> uuid.UUID | None:
+    """In a child started with :func:`run_log_env`: send this process's ``odqa.*`` records to the
+    parent's flow run (Prefect drains its log queue when the process exits)."""
+    raw = os.environ.get(FLOW_RUN_ENV)
+    if not raw:
+        return None
+    flow_run_id = uuid.UUID(raw)
+    route_to_run_logs()
+    with _active_lock:
+        _active_runs.append(flow_run_id)
+    return flow_run_id
 
 
 route_to_run_logs()

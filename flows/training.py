@@ -22,6 +22,7 @@ says why.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from typing import Any
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from flows.runtime import flow_run_logs, stage_logger
+from flows.runtime import flow_run_logs, run_log_env, stage_logger
 from models.base import replace_directory
 from models.config import ARCHS, DESIRE_ME_ARCHS
 from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
@@ -165,10 +166,10 @@ def train_task(job_file: str, gpus: int) -> dict[str, Any]:
             "--standalone",
             f"--nproc_per_node={gpus}",
             "-m",
-            "models.job",
+            "flows.train_worker",
             job_file,
         ]
-        subprocess.run(command, check=True)
+        subprocess.run(command, check=True, env={**os.environ, **run_log_env()})
     else:
         run_job(job)
     return json.loads(Path(job.result_path).read_text(encoding="utf-8"))

@@ -171,3 +171,27 @@ def test_bad_training_input_gives_a_clear_error(cli, tiny_checkpoint, tmp_path, 
     )
     assert result.exit_code == 1
     assert message in result.output
+
+
+def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_checkpoint, tmp_path, monkeypatch):
+    """Two CPU ranks under torchrun (child processes without Prefect context): rank 0's progress
+    reaches the flow run's logs through the API; rank 1 reports nothing."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    from flows.training import train_flow
+
+    root = tmp_path / "ws"
+    _fill_workspace(root)
+    monkeypatch.setenv("ODQA_PROGRESS", "log")
+    monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    state = train_flow(arch="sde", base=tiny_checkpoint, train=["toy:train"], model_id="ddp", max_steps=2,
+                       batch_size=1, gpus=2, workspace=str(root), return_state=True)  # fmt: skip
+    assert state.is_completed()
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),
+                                limit=200, offset=0)  # fmt: skip
+    steps = sorted(log.message for log in logs if log.message.startswith("train sde: "))
+    assert len(steps) == 3, steps  # steps 1 and 2, and the final record: rank 0 only
+    assert "ETA" in steps[0] and "loss=" in steps[0] and "lr=" in steps[0]
