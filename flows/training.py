@@ -110,15 +110,21 @@ def resume_decision(
         if resume:
             raise ValueError(f"--resume: {model_id} has no checkpoint in {work} to continue from")
     else:
-        saved = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else {}
-        if saved.get("fingerprint") == stage_fp:
+        saved = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else None
+        # A checkpoint of an older version has no run file: --resume trusts the trainer's own
+        # check of settings and data; the default starts over rather than guess.
+        if (saved or {}).get("fingerprint") == stage_fp or (saved is None and resume):
             where = checkpoint_summary(checkpoint)
             return True, (f"resuming {model_id} from step {where['step']} of {where['total']} "
                           f"(checkpoint written at {where['written_at']})")  # fmt: skip
-        old = saved.get("params", {})
+        old = (saved or {}).get("params", {})
         changed = sorted(k for k in set(old) | set(params) if old.get(k) != params.get(k))
-        reason = (f"parameters changed ({', '.join(changed)})" if changed
-                  else "the questions/passages tables or the base weights changed")  # fmt: skip
+        if saved is None:
+            reason = f"it has no {RUN_FILE} saying which parameters it was written for"
+        elif changed:
+            reason = f"parameters changed ({', '.join(changed)})"
+        else:
+            reason = "the questions/passages tables or the base weights changed"
         if resume:
             raise ValueError(f"--resume: the checkpoint of {model_id} cannot continue: {reason}")
         why = f"not resuming {model_id} from its checkpoint: {reason}; starting over"

@@ -71,3 +71,13 @@ def test_a_kill_between_the_two_renames_of_a_checkpoint_swap_is_recovered(tmp_pa
     assert recover_checkpoint(folder)
     assert json.loads((folder / STATE_FILE).read_text())["step"] == 9
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+
+
+def test_a_checkpoint_without_run_file_resumes_only_when_asked(tmp_path):
+    work = tmp_path / "m"
+    _killed_run(work, "fp1", PARAMS)
+    (work / RUN_FILE).unlink()  # written before run files existed
+    resuming, _ = resume_decision(work, "m", "fp1", PARAMS, True)
+    assert resuming  # the trainer still checks settings and data against the checkpoint
+    resuming, message = resume_decision(work, "m", "fp1", PARAMS, None)
+    assert not resuming and "has no run.json" in message
