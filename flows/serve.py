@@ -145,6 +145,42 @@ class Arrivals:
             self._count += n
 
 
+class RequestLimits:
+    """ASGI middleware: refuses oversized or unsized bodies before reading them (413/411), and
+    counts search requests on their way in (`Arrivals`, the micro-batchers' reason to wait).
+
+    Plain ASGI rather than Starlette's BaseHTTPMiddleware, which costs every request a task group
+    and a memory stream."""
+
+    def __init__(self, app: Any, arrivals: Arrivals) -> None:
+        self.app = app
+        self.arrivals = arrivals
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        refusal = None
+        if length is None and scope["method"] == "POST":
+            refusal = (411, "send a Content-Length header (no chunked bodies)")
+        elif length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            refusal = (413, f"request body of {length.decode(errors='replace')[:20]} bytes is over the "
+                            f"{MAX_BODY_BYTES:,}-byte limit")  # fmt: skip
+        if refusal is not None:
+            return await JSONResponse(status_code=refusal[0], content={"error": refusal[1]})(scope, receive, send)
+        if scope["path"] != "/search":
+            return await self.app(scope, receive, send)
+        state = scope.setdefault("state", {})
+        state["arrived"] = True
+        self.arrivals.add(1)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if state.get("arrived"):
+                self.arrivals.add(-1)
+
+
 def _check_model(requested: str | None, release: LoadedRelease) -> None:
     if requested is None:
         return
@@ -228,24 +264,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
                   description="Open-domain QA passage retrieval over the current index release.")  # fmt: skip
     app.state.holder = holder
 
-    @app.middleware("http")
-    async def limits(request: Request, call_next):
-        """Refuse oversized bodies before reading them; count search requests on their way in."""
-        length = request.headers.get("content-length")
-        if length is None and request.method == "POST":
-            return JSONResponse(status_code=411, content={"error": "send a Content-Length header (no chunked bodies)"})
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse(status_code=413, content={
-                "error": f"request body of {length} bytes is over the {MAX_BODY_BYTES:,}-byte limit"})  # fmt: skip
-        if request.url.path != "/search":
-            return await call_next(request)
-        arrivals.add(1)
-        request.state.arrived = True
-        try:
-            return await call_next(request)
-        finally:
-            if request.state.arrived:
-                arrivals.add(-1)
+    app.add_middleware(RequestLimits, arrivals=arrivals)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
