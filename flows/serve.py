@@ -330,11 +330,11 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
     import uvicorn
 
     odqa_log = logging.getLogger("odqa")
-    if not odqa_log.handlers:  # loads, swaps and load failures are what an operator watches
+    odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
+    if not odqa_log.handlers and not logging.getLogger().handlers:  # importing Prefect usually sets one up
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         odqa_log.addHandler(handler)
-        odqa_log.setLevel(logging.INFO)
     app = create_app(workspace, model=model, retriever=retriever, poll_s=poll_s,
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch))  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
