@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
 import time
@@ -333,14 +334,13 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
           max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None) -> None:  # fmt: skip
     """Run the service with uvicorn until interrupted (one process, one event loop).
 
-    `torch_threads` caps torch's intra-op threads: on a host whose cores are busy with other
-    work, one thread avoids OpenMP barriers waiting for descheduled threads (10x slower there)."""
+    `torch_threads` are torch's intra-op threads, by default half the cores: the other half serve
+    HTTP, and on a host whose cores are busy with other work, fewer threads avoid OpenMP barriers
+    waiting for descheduled threads (10x slower there, see benchmarks/RESULTS.md)."""
+    import torch
     import uvicorn
 
-    if torch_threads:
-        import torch
-
-        torch.set_num_threads(torch_threads)
+    torch.set_num_threads(torch_threads or max(1, (os.cpu_count() or 2) // 2))
 
     odqa_log = logging.getLogger("odqa")
     odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
@@ -350,5 +350,5 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
         odqa_log.addHandler(handler)
     app = create_app(workspace, model=model, retriever=retriever, poll_s=poll_s,
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch))  # fmt: skip
-    log.info("torch intra-op threads: %s", __import__("torch").get_num_threads())
+    log.info("torch intra-op threads: %d", torch.get_num_threads())
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -21,7 +21,7 @@ from flows.cli.groups import main, workspace_arg
 @click.option("--poll-seconds", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="How often to check indexes/current.json for a new release.")  # fmt: skip
 @click.option("--torch-threads", type=click.IntRange(min=1), default=None,
-              help="torch intra-op threads (default: torch's, one per core); 1 is faster on a busy host.")
+              help="torch intra-op threads (default: half the cores; the rest serve HTTP).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, model: str | None, retriever: str, max_wait_ms: float,
           max_batch: int, poll_seconds: float, torch_threads: int | None) -> None:  # fmt: skip
