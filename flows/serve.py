@@ -45,6 +45,7 @@ MAX_QUESTION_CHARS = 2_000
 MAX_BATCH = 256
 MAX_K = 10_000
 MAX_BODY_BYTES = 1_048_576
+MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
 HYBRID_DEPTH = 100  # TASER's K': candidates taken from each side before fusing
 PAGE = Path(__file__).resolve().parent / "static" / "search.html"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
@@ -100,6 +101,10 @@ class SearchRequest(BaseModel):
                 raise ValueError(f"{where} has {len(text):,} characters; the limit is {MAX_QUESTION_CHARS:,}")
         if self.questions is not None and not self.questions:
             raise ValueError("`questions` is empty")
+        hits = self.k * len(self.all_questions())
+        if hits > MAX_HITS:
+            raise ValueError(f"k x questions = {hits:,} passages is over the {MAX_HITS:,} one request may ask for; "
+                             "lower k or split the batch")  # fmt: skip
         return self
 
     def all_questions(self) -> list[str]:

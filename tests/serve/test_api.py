@@ -96,6 +96,7 @@ BAD = [
     ({"question": "x", "model": "/root/model"}, 400, "paths are not accepted"),
     ({"questions": ["q"] * 100_000}, 422, "at most 256 questions, got 100,000"),
     ({"questions": []}, 422, "`questions` is empty"),
+    ({"questions": ["q"] * 200, "k": 10_000}, 422, "k x questions = 2,000,000 passages is over the 100,000"),
     ({"question": "x", "questions": ["y"]}, 422, "exactly one of"),
     ({"question": "x", "alpha": -1}, 422, "alpha"),
     ({"question": "x", "retrievr": "bm25"}, 422, "retrievr"),
