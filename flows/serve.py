@@ -227,15 +227,12 @@ def _fuse(dense: list[Hits], sparse: list[Hits], alpha: float, k: int) -> list[H
     return out
 
 
-def _alpha(requested: float | None, release: LoadedRelease, ws: Workspace) -> float:
+def _alpha(requested: float | None, release: LoadedRelease) -> float:
     if requested is not None:
         return requested
-    from flows.dense import resolve_model, stored_alpha
-
-    stored = stored_alpha(ws, resolve_model(ws, release.record["model"]))
-    if stored is None:
+    if release.stored_alpha is None:
         raise ClientError(400, "hybrid needs `alpha`: no tuned alpha is stored for this model (odqa tune-hybrid)")
-    return stored
+    return release.stored_alpha
 
 
 async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k: int, alpha: float | None
@@ -304,7 +301,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
         with holder.lease() as release:
             _check_model(body.model, release)
             name = _pick_retriever(body.retriever, retriever, release)
-            alpha = _alpha(body.alpha, release, ws) if name == "hybrid" else None
+            alpha = _alpha(body.alpha, release) if name == "hybrid" else None
             hits = await _hits(release, name, questions, body.k, alpha)
             results = [{"question": q, "hits": [
                 {"rank": rank, "passage_id": pid, "score": score, **dict(zip(("title", "text"), release.passage(pid),

@@ -93,6 +93,7 @@ class LoadedRelease:
         self.dense_index = dense_index
         self.bm25_searcher = bm25_searcher
         self.passages = passages
+        self.stored_alpha: float | None = None  # the model's tuned hybrid alpha, set by load_release
         self.loaded_at = _now()
         self.refs = 0
         self.retired = False
@@ -195,6 +196,10 @@ def load_release(ws: Workspace, release: str, *, model: str | None, encoders: En
         if bm25_searcher is not None:
             bm25_searcher.close()
         raise
+    if dense_index is not None and bm25_searcher is not None:
+        from flows.dense import stored_alpha
+
+        loaded.stored_alpha = stored_alpha(ws, resolve_model(ws, record["model"]))
     try:  # warm up: the first real request should not pay for lazy initialisation
         for batcher in (loaded.dense, loaded.bm25):
             if batcher is not None:

@@ -91,6 +91,7 @@ BAD = [
     ({"question": "x", "k": -3}, 422, "k must be between 1 and 10,000"),
     ({"question": "x", "k": 10_001}, 422, "k must be between 1 and 10,000"),
     ({"question": "x", "retriever": "splade"}, 400, "unknown retriever 'splade'"),
+    ({"question": "x", "retriever": "hybrid"}, 400, "hybrid needs `alpha`: no tuned alpha"),
     ({"question": "x", "model": "bert-base-uncased"}, 404, "is not served here"),
     ({"question": "x", "model": "../../etc/passwd"}, 400, "paths are not accepted"),
     ({"question": "x", "model": "/root/model"}, 400, "paths are not accepted"),
