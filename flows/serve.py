@@ -333,16 +333,20 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
 
 
 def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,
-          max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None) -> None:  # fmt: skip
+          max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
+          encoder_workers: int | None = None) -> None:  # fmt: skip
     """Run the service with uvicorn until interrupted (one process, one event loop).
 
-    `torch_threads` are torch's intra-op threads, by default half the cores: the other half serve
-    HTTP, and on a host whose cores are busy with other work, fewer threads avoid OpenMP barriers
-    waiting for descheduled threads (10x slower there, see benchmarks/RESULTS.md)."""
+    `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
+    are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
+    (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
+    default enough to give every core a torch thread (cores / torch_threads)."""
     import torch
     import uvicorn
 
-    torch.set_num_threads(torch_threads or max(1, (os.cpu_count() or 2) // 2))
+    cores = os.cpu_count() or 2
+    torch.set_num_threads(torch_threads or max(1, cores // 2))
+    encoder_workers = encoder_workers or max(1, cores // torch.get_num_threads())
 
     odqa_log = logging.getLogger("odqa")
     odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
@@ -351,6 +355,7 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         odqa_log.addHandler(handler)
     app = create_app(workspace, model=model, retriever=retriever, poll_s=poll_s,
-                     batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch))  # fmt: skip
-    log.info("torch intra-op threads: %d", torch.get_num_threads())
+                     batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
+                                            encoder_workers=encoder_workers))  # fmt: skip
+    log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -57,10 +57,12 @@ def model_display_name(model: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """Micro-batching knobs: the longest wait for more requests, and the largest batch."""
+    """Micro-batching knobs: the longest wait for more requests, the largest batch, and how many
+    question-encoding batches may run at once (each on its own thread, sharing one model)."""
 
     max_wait_s: float = 0.005
     max_items: int = 256
+    encoder_workers: int = 1
 
 
 class EncoderCache:
@@ -99,8 +101,9 @@ class LoadedRelease:
         self.retired = False
         self.closed = False
         self.dense = (MicroBatcher(self._dense_batch, max_wait_s=batching.max_wait_s, max_items=batching.max_items,
-                                   expected=expected, name=f"dense-{self.release}")
+                                   expected=expected, name=f"dense-{self.release}", workers=batching.encoder_workers)
                       if dense_index is not None else None)  # fmt: skip
+        self._tokenize_lock = threading.Lock()
         self.bm25 = (MicroBatcher(self._bm25_batch, max_wait_s=batching.max_wait_s, max_items=batching.max_items,
                                   expected=expected, name=f"bm25-{self.release}")
                      if bm25_searcher is not None else None)  # fmt: skip
@@ -119,8 +122,17 @@ class LoadedRelease:
                 "retrievers": self.retrievers}  # fmt: skip
 
     def _dense_batch(self, items: list[tuple[str, int]]) -> list[Hits]:
-        """Encode every question of the batch in one call, then one FAISS search for all."""
-        vectors = self.encoder.encode_questions([question for question, _ in items], batch_size=len(items))
+        """Encode every question of the batch in one forward pass, then one FAISS search for all.
+
+        Batches may run on several workers at once: the model's forward is safe to share, a fast
+        tokenizer is not (it keeps per-call padding state), so tokenising takes a lock."""
+        import torch
+
+        with self._tokenize_lock:
+            inputs = self.encoder.tokenize_questions([question for question, _ in items])
+        with torch.inference_mode():
+            device = self.encoder.device
+            vectors = self.encoder.embed_questions({k: v.to(device) for k, v in inputs.items()}).float().cpu().numpy()
         scores, ids = self.dense_index.search(vectors, max(k for _, k in items))
         return [[(pid, float(s)) for pid, s in zip(id_row[:k], score_row[:k], strict=True) if pid is not None]
                 for (_, k), id_row, score_row in zip(items, ids, scores, strict=True)]  # fmt: skip

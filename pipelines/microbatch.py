@@ -13,8 +13,10 @@ submitted), and a previous batch of several submissions says callers are concurr
 back one by one after their answers). Without either, the worker runs the batch at once: a lone
 caller pays no waiting at all, while concurrent ones still share batches.
 
-One worker thread also serialises the batch function: code that is not thread-safe (a JVM
-searcher, a torch module) is only ever called from that thread.
+With one worker (the default) the batch function is also serialised: code that is not
+thread-safe (a JVM searcher) is only ever called from that thread. ``workers`` > 1 runs that many
+batches at once (each worker collects its own), for a batch function that may run concurrently
+and a host with cores to spare.
 """
 
 from __future__ import annotations
@@ -77,11 +79,14 @@ class MicroBatcher(Generic[T, R]):
         max_items: int = 256,
         expected: Callable[[], int] | None = None,
         name: str = "microbatch",
+        workers: int = 1,
     ) -> None:
         if max_wait_s < 0:
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
         if max_items < 1:
             raise ValueError(f"max_items must be >= 1, got {max_items}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
         self.fn = fn
         self.max_wait_s = max_wait_s
         self.max_items = max_items
@@ -92,8 +97,10 @@ class MicroBatcher(Generic[T, R]):
         self._closed = False
         self._last_submissions = 0  # submissions in the previous batch: evidence of concurrent callers
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._stats_lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{n}", daemon=True) for n in range(workers)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, items: Sequence[T]) -> Future:
         """Queue ``items``; the future resolves to their results (a list, same order)."""
@@ -105,13 +112,16 @@ class MicroBatcher(Generic[T, R]):
         return submission.future
 
     def close(self, timeout: float | None = 5.0) -> None:
-        """Finish what was submitted, then stop the worker thread."""
+        """Finish what was submitted, then stop the worker threads (one stop mark each, queued
+        after every accepted submission)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._queue.put(None)
-        self._thread.join(timeout)
+            for _ in self._threads:
+                self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
 
     # --- worker ---------------------------------------------------------------------------------
 
@@ -147,13 +157,6 @@ class MicroBatcher(Generic[T, R]):
                 break
             batch, stopping = self._collect(first)
             self._execute(batch)
-        while True:  # close() raced a submission: fail what is left rather than hang its caller
-            try:
-                left = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if left is not None:
-                left.future.set_exception(BatcherClosedError(f"{self.name} is closed"))
 
     def _execute(self, batch: list[_Submission[T, R]]) -> None:
         items = [item for sub in batch for item in sub.items]
@@ -167,10 +170,11 @@ class MicroBatcher(Generic[T, R]):
             for sub in batch:
                 sub.future.set_exception(error)
             return
-        self.stats.batches += 1
-        self.stats.items += len(items)
-        self.stats.submissions += len(batch)
-        self.stats.largest = max(self.stats.largest, len(items))
+        with self._stats_lock:
+            self.stats.batches += 1
+            self.stats.items += len(items)
+            self.stats.submissions += len(batch)
+            self.stats.largest = max(self.stats.largest, len(items))
         start = 0
         for sub in batch:
             sub.future.set_result(results[start : start + len(sub.items)])

@@ -22,9 +22,12 @@ from flows.cli.groups import main, workspace_arg
               help="How often to check indexes/current.json for a new release.")  # fmt: skip
 @click.option("--torch-threads", type=click.IntRange(min=1), default=None,
               help="torch intra-op threads (default: half the cores; the rest serve HTTP).")
+@click.option("--encoder-workers", type=click.IntRange(min=1, max=64), default=None,
+              help="Question-encoding batches run at once, threads sharing the model "
+                   "(default: cores / torch threads).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, model: str | None, retriever: str, max_wait_ms: float,
-          max_batch: int, poll_seconds: float, torch_threads: int | None) -> None:  # fmt: skip
+          max_batch: int, poll_seconds: float, torch_threads: int | None, encoder_workers: int | None) -> None:  # fmt: skip
     """Serve POST /search, GET /health, GET /index, a search page at / and OpenAPI docs at /docs.
 
     Answers from the release indexes/current.json names and follows it: a re-index that switches
@@ -33,4 +36,5 @@ def serve(ctx: click.Context, host: str, port: int, model: str | None, retriever
 
     click.echo(f"odqa serve: http://{host}:{port}/ (docs at /docs); Ctrl-C stops", err=True)
     run_service(workspace_arg(ctx), host, port, model=model, retriever=retriever, max_wait_ms=max_wait_ms,
-                max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads)  # fmt: skip
+                max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads,
+                encoder_workers=encoder_workers)  # fmt: skip

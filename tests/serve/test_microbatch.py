@@ -120,3 +120,24 @@ def test_close_finishes_pending_work_and_refuses_more() -> None:
     assert pending.result(timeout=5) == [16]
     with pytest.raises(BatcherClosedError):
         batcher.submit([1])
+
+
+def test_several_workers_run_batches_at_once_and_all_stop_on_close() -> None:
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def fn(items: list[int]) -> list[int]:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return items
+
+    batcher = MicroBatcher(fn, max_wait_s=0.0, max_items=1, workers=3)
+    futures = [batcher.submit([i]) for i in range(3)]
+    assert [f.result(timeout=5) for f in futures] == [[0], [1], [2]]
+    batcher.close()
+    assert peak[0] == 3, f"at most {peak[0]} batches ran at once"
+    assert not any(t.is_alive() for t in batcher._threads)
