@@ -21,7 +21,7 @@ from flows.cli.groups import main, workspace_arg
 @click.option("--poll-seconds", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="How often to check indexes/current.json for a new release.")  # fmt: skip
 @click.option("--torch-threads", type=click.IntRange(min=1), default=None,
-              help="torch intra-op threads (default: half the cores; the rest serve HTTP).")
+              help="torch intra-op threads per encoder worker (default: half the cores).")
 @click.option("--encoder-workers", type=click.IntRange(min=1, max=64), default=None,
               help="Question-encoding batches run at once, threads sharing the model "
                    "(default: cores / torch threads).")
