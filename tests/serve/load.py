@@ -57,7 +57,6 @@ class LoadGenerator:
         self.url = url
         self.answers: list[Answer] = []
         self._lock = threading.Lock()
-        self._cases = itertools.cycle([(q, r) for q in QUESTIONS for r in RETRIEVERS])
 
     def _client(self, concurrency: int, until: float, offset: int) -> None:
         cases = itertools.islice(itertools.cycle([(q, r) for q in QUESTIONS for r in RETRIEVERS]), offset, None)
