@@ -21,6 +21,7 @@ VERB_MODULES = [
     "sql",
     "demo",
     "categories",
+    "serve",
 ]
 
 for _name in VERB_MODULES:

@@ -1,0 +1,361 @@
+"""`odqa serve`: an HTTP search service over the current index release.
+
+`create_app` builds the FastAPI app (tests run it on 127.0.0.1 with an ephemeral port):
+
+* ``POST /search`` -- one question or a batch; k, retriever (bm25 | dense | hybrid), alpha.
+  Each response names the index version (release id) that answered it.
+* ``GET /health`` -- the loaded version, in-flight requests, releases being retired, the last
+  load failure (a release that failed to load is reported here; the old one keeps serving).
+* ``GET /index`` -- model, index type, passages snapshot, built_at, version.
+* ``GET /`` -- a small search page (flows/static/search.html); ``/docs`` -- OpenAPI docs.
+
+The releases and the hot swap live in `flows.serve_release`; question encoding and the FAISS
+search are micro-batched across concurrent requests (`pipelines.microbatch`). Requests are
+validated by pydantic models and limits below; a bad request gets a 4xx with a message and
+never affects other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from flows.reindex import NoReleaseError
+from flows.serve_release import BatchSettings, Hits, LoadedRelease, ReleaseHolder, model_display_name
+from storage import Workspace
+
+log = logging.getLogger("odqa.serve")
+
+RETRIEVERS = ("bm25", "dense", "hybrid")
+MAX_QUESTION_CHARS = 2_000
+MAX_BATCH = 256
+MAX_K = 10_000
+MAX_BODY_BYTES = 1_048_576
+MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
+HYBRID_DEPTH = 100  # TASER's K': candidates taken from each side before fusing
+PAGE = Path(__file__).resolve().parent / "static" / "search.html"
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+class ClientError(Exception):
+    """A request the service understood but cannot answer as asked (400/404/503)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# --- request and response models ---------------------------------------------------------------
+
+
+class SearchRequest(BaseModel):
+    """One question (`question`) or a batch (`questions`), top `k` passages each."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str | None = Field(None, description="One question (or use `questions`).")
+    questions: list[str] | None = Field(None, description=f"A batch of at most {MAX_BATCH} questions.")
+    k: int = Field(10, description=f"Passages per question, 1..{MAX_K}.")
+    retriever: str | None = Field(None, description="bm25, dense or hybrid (default: the service's).")
+    alpha: float | None = Field(None, ge=0.0, le=100.0, description="Hybrid weight of BM25 (dense + alpha * bm25).")
+    model: str | None = Field(None, description="Model id; must be the one the index was built with.")
+
+    @field_validator("k")
+    @classmethod
+    def _k_in_range(cls, k: int) -> int:
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be between 1 and {MAX_K:,}, got {k:,}")
+        return k
+
+    @field_validator("questions", mode="before")
+    @classmethod
+    def _batch_size(cls, value: Any) -> Any:
+        if isinstance(value, list) and len(value) > MAX_BATCH:
+            raise ValueError(f"a batch holds at most {MAX_BATCH} questions, got {len(value):,}; split it")
+        return value
+
+    @model_validator(mode="after")
+    def _questions(self) -> SearchRequest:
+        if (self.question is None) == (self.questions is None):
+            raise ValueError("give exactly one of `question` (one string) or `questions` (a list)")
+        for number, text in enumerate(self.all_questions()):
+            where = "question" if self.question is not None else f"questions[{number}]"
+            if not text.strip():
+                raise ValueError(f"{where} is empty")
+            if len(text) > MAX_QUESTION_CHARS:
+                raise ValueError(f"{where} has {len(text):,} characters; the limit is {MAX_QUESTION_CHARS:,}")
+        if self.questions is not None and not self.questions:
+            raise ValueError("`questions` is empty")
+        hits = self.k * len(self.all_questions())
+        if hits > MAX_HITS:
+            raise ValueError(f"k x questions = {hits:,} passages is over the {MAX_HITS:,} one request may ask for; "
+                             "lower k or split the batch")  # fmt: skip
+        return self
+
+    def all_questions(self) -> list[str]:
+        return [self.question] if self.question is not None else list(self.questions or [])
+
+
+class Hit(BaseModel):
+    rank: int
+    passage_id: str
+    score: float
+    title: str | None
+    text: str | None
+
+
+class QuestionResult(BaseModel):
+    question: str
+    hits: list[Hit]
+
+
+class SearchResponse(BaseModel):
+    version: str = Field(description="The index release that answered (every hit comes from it).")
+    retriever: str
+    model: str | None
+    k: int
+    alpha: float | None = None
+    results: list[QuestionResult]
+    took_ms: float
+
+
+# --- the app ---------------------------------------------------------------------------------
+
+
+class Arrivals:
+    """Search requests that have arrived but not yet reached a batcher: the batchers' reason to wait."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        return self._count
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._count += n
+
+
+class RequestLimits:
+    """ASGI middleware: refuses oversized or unsized bodies before reading them (413/411), and
+    counts search requests on their way in (`Arrivals`, the micro-batchers' reason to wait).
+
+    Plain ASGI rather than Starlette's BaseHTTPMiddleware, which costs every request a task group
+    and a memory stream."""
+
+    def __init__(self, app: Any, arrivals: Arrivals) -> None:
+        self.app = app
+        self.arrivals = arrivals
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        refusal = None
+        if length is None and scope["method"] == "POST":
+            refusal = (411, "send a Content-Length header (no chunked bodies)")
+        elif length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            refusal = (413, f"request body of {length.decode(errors='replace')[:20]} bytes is over the "
+                            f"{MAX_BODY_BYTES:,}-byte limit")  # fmt: skip
+        if refusal is not None:
+            return await JSONResponse(status_code=refusal[0], content={"error": refusal[1]})(scope, receive, send)
+        if scope["path"] != "/search":
+            return await self.app(scope, receive, send)
+        state = scope.setdefault("state", {})
+        state["arrived"] = True
+        self.arrivals.add(1)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if state.get("arrived"):
+                self.arrivals.add(-1)
+
+
+def _check_model(requested: str | None, release: LoadedRelease) -> None:
+    if requested is None:
+        return
+    if "/" in requested or "\\" in requested or ".." in requested or not _MODEL_NAME.match(requested):
+        raise ClientError(400, f"model {requested[:80]!r} is not a model name (paths are not accepted); "
+                               f"this service serves {model_display_name(release.record.get('model'))!r}")  # fmt: skip
+    served = {release.record.get("model"), model_display_name(release.record.get("model"))}
+    if requested not in served:
+        raise ClientError(404, f"model {requested!r} is not served here; index version {release.release} "
+                               f"was built with {model_display_name(release.record.get('model'))!r}")  # fmt: skip
+
+
+def _pick_retriever(requested: str | None, default: str, release: LoadedRelease) -> str:
+    name = requested or default
+    if name not in RETRIEVERS:
+        raise ClientError(400, f"unknown retriever {name[:40]!r}: expected one of {', '.join(RETRIEVERS)}")
+    if name not in release.retrievers:
+        raise ClientError(400, f"index version {release.release} has no {name} index "
+                               f"(available: {', '.join(release.retrievers) or 'none'})")  # fmt: skip
+    return name
+
+
+def _fuse(dense: list[Hits], sparse: list[Hits], alpha: float, k: int) -> list[Hits]:
+    from pipelines.dense.hybrid import hybrid_run
+
+    def run(hits: list[Hits]) -> pa.Table:
+        rows = [(str(q), pid, score) for q, row in enumerate(hits) for pid, score in row]
+        return pa.table({"question_id": pa.array([r[0] for r in rows], pa.string()),
+                         "passage_id": pa.array([r[1] for r in rows], pa.string()),
+                         "score": pa.array([r[2] for r in rows], pa.float32())})  # fmt: skip
+
+    fused = hybrid_run(run(dense), run(sparse), alpha, k=k, depth=max(HYBRID_DEPTH, k))
+    out: list[Hits] = [[] for _ in dense]
+    for qid, pid, score in zip(*(fused.column(c).to_pylist() for c in ("question_id", "passage_id", "score")),
+                               strict=True):  # fmt: skip
+        out[int(qid)].append((pid, float(score)))
+    return out
+
+
+def _alpha(requested: float | None, release: LoadedRelease) -> float:
+    if requested is not None:
+        return requested
+    if release.stored_alpha is None:
+        raise ClientError(400, "hybrid needs `alpha`: no tuned alpha is stored for this model (odqa tune-hybrid)")
+    return release.stored_alpha
+
+
+async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k: int, alpha: float | None
+                ) -> list[Hits]:  # fmt: skip
+    if retriever == "dense":
+        return await asyncio.wrap_future(release.dense.submit([(q, k) for q in questions]))
+    if retriever == "bm25":
+        return await asyncio.wrap_future(release.bm25.submit([(q, k) for q in questions]))
+    depth = max(HYBRID_DEPTH, k)
+    dense, sparse = await asyncio.gather(asyncio.wrap_future(release.dense.submit([(q, depth) for q in questions])),
+                                         asyncio.wrap_future(release.bm25.submit([(q, depth) for q in questions])))  # fmt: skip
+    return _fuse(dense, sparse, alpha, k)
+
+
+def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: str = "dense",
+               poll_s: float = 1.0, batching: BatchSettings | None = None) -> FastAPI:  # fmt: skip
+    """The service over `workspace`'s current release; it starts following the pointer on startup."""
+    if retriever not in RETRIEVERS:
+        raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
+    ws = Workspace.resolve(workspace)
+    arrivals = Arrivals()
+    holder = ReleaseHolder(ws, model=model, batching=batching, poll_s=poll_s, expected=arrivals)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await asyncio.to_thread(holder.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(holder.stop)
+
+    app = FastAPI(title="odqa search", version="1", lifespan=lifespan,
+                  description="Open-domain QA passage retrieval over the current index release.")  # fmt: skip
+    app.state.holder = holder
+
+    app.add_middleware(RequestLimits, arrivals=arrivals)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = []
+        for item in error.errors():
+            if item.get("type") == "json_invalid":
+                reason = (item.get("ctx") or {}).get("error", "invalid JSON")
+                problems.append(f"malformed JSON body at character {item['loc'][-1]}: {reason}")
+                continue
+            where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+            message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"{where}: {message}" if where else message)
+        return JSONResponse(status_code=422, content={"error": "; ".join(problems)[:2000] or "invalid request"})
+
+    @app.exception_handler(ClientError)
+    async def client_error(request: Request, error: ClientError) -> JSONResponse:
+        return JSONResponse(status_code=error.status, content={"error": error.message})
+
+    @app.exception_handler(NoReleaseError)
+    async def no_release(request: Request, error: NoReleaseError) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"error": str(error)})
+
+    @app.post("/search", response_model=SearchResponse)
+    async def search(body: SearchRequest, request: Request) -> Response:
+        """Top-k passages of each question, all from one index version (named in the response)."""
+        started = time.perf_counter()
+        questions = body.all_questions()
+        arrivals.add(-1)
+        request.state.arrived = False
+        with holder.lease() as release:
+            _check_model(body.model, release)
+            name = _pick_retriever(body.retriever, retriever, release)
+            alpha = _alpha(body.alpha, release) if name == "hybrid" else None
+            hits = await _hits(release, name, questions, body.k, alpha)
+            results = [{"question": q, "hits": [
+                {"rank": rank, "passage_id": pid, "score": score, **dict(zip(("title", "text"), release.passage(pid),
+                                                                             strict=True))}
+                for rank, (pid, score) in enumerate(row, start=1)]} for q, row in zip(questions, hits, strict=True)]  # fmt: skip
+            payload = {"version": release.release, "retriever": name, "k": body.k, "alpha": alpha,
+                       "model": model_display_name(release.record.get("model")), "results": results,
+                       "took_ms": round((time.perf_counter() - started) * 1000, 2)}  # fmt: skip
+        # Built as plain data and serialised once by orjson: the response model documents the shape
+        # (/docs) without validating a second copy of every hit.
+        return Response(content=orjson.dumps(payload), media_type="application/json")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Loaded version, in-flight requests, releases being retired, the last load failure."""
+        return holder.health()
+
+    @app.get("/index")
+    async def index() -> dict[str, Any]:
+        """The loaded release: model, index type, passages snapshot, built_at, version."""
+        with holder.lease() as release:
+            return {**release.describe(), "default_retriever": retriever}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    return app
+
+
+def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,
+          max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
+          encoder_workers: int | None = None) -> None:  # fmt: skip
+    """Run the service with uvicorn until interrupted (one process, one event loop).
+
+    `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
+    are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
+    (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
+    default enough to give every core a torch thread (cores / torch_threads)."""
+    import torch
+    import uvicorn
+
+    cores = os.cpu_count() or 2
+    torch.set_num_threads(torch_threads or max(1, cores // 2))
+    encoder_workers = encoder_workers or max(1, cores // torch.get_num_threads())
+
+    odqa_log = logging.getLogger("odqa")
+    odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
+    if not odqa_log.handlers and not logging.getLogger().handlers:  # importing Prefect usually sets one up
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        odqa_log.addHandler(handler)
+    app = create_app(workspace, model=model, retriever=retriever, poll_s=poll_s,
+                     batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
+                                            encoder_workers=encoder_workers))  # fmt: skip
+    log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

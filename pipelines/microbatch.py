@@ -1,0 +1,181 @@
+"""Micro-batching: many concurrent callers, one batched call.
+
+A question encoder (and a FAISS or Lucene search) costs much less per question in a batch of 32
+than 32 times alone, so a service answering concurrent requests should batch them. A
+:class:`MicroBatcher` owns one worker thread; callers :meth:`~MicroBatcher.submit` their items
+and get a future. The worker takes the first waiting submission, then keeps collecting more for
+at most ``max_wait_s`` (bounded: e.g. 5 ms) or until ``max_items``, and hands them all to the
+batch function in one call.
+
+Waiting is only worth it when more work is about to arrive. The optional ``expected`` hint says
+how many callers are on their way (a service counts requests that have arrived but not yet
+submitted), and a previous batch of several submissions says callers are concurrent (they come
+back one by one after their answers). Without either, the worker runs the batch at once: a lone
+caller pays no waiting at all, while concurrent ones still share batches.
+
+With one worker (the default) the batch function is also serialised: code that is not
+thread-safe (a JVM searcher) is only ever called from that thread. ``workers`` > 1 runs that many
+batches at once (each worker collects its own), for a batch function that may run concurrently
+and a host with cores to spare.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+log = logging.getLogger("odqa.microbatch")
+
+_POLL_S = 0.0005  # how often the worker re-reads the `expected` hint while collecting
+
+
+class BatcherClosedError(RuntimeError):
+    """The batcher was closed; no more submissions are taken."""
+
+
+@dataclass
+class _Submission(Generic[T, R]):
+    items: Sequence[T]
+    future: Future = field(default_factory=Future)
+
+
+@dataclass
+class BatchStats:
+    """Running totals, for /health and the benchmark: how much batching actually happened."""
+
+    batches: int = 0
+    items: int = 0
+    submissions: int = 0
+    largest: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"batches": self.batches, "items": self.items, "submissions": self.submissions,
+                "largest_batch": self.largest,
+                "mean_batch": round(self.items / self.batches, 2) if self.batches else 0.0}  # fmt: skip
+
+
+class MicroBatcher(Generic[T, R]):
+    """Collects concurrent submissions for up to ``max_wait_s`` and runs them as one batch.
+
+    ``fn`` maps a list of items to a list of results of the same length, in order; each
+    submitter gets the slice for its own items. If ``fn`` raises, every submission of that batch
+    gets the exception (the worker itself keeps running).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[list[T]], list[R]],
+        *,
+        max_wait_s: float = 0.005,
+        max_items: int = 256,
+        expected: Callable[[], int] | None = None,
+        name: str = "microbatch",
+        workers: int = 1,
+    ) -> None:
+        if max_wait_s < 0:
+            raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.fn = fn
+        self.max_wait_s = max_wait_s
+        self.max_items = max_items
+        self.expected = expected
+        self.name = name
+        self.stats = BatchStats()
+        self._queue: queue.SimpleQueue[_Submission[T, R] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._last_submissions = 0  # submissions in the previous batch: evidence of concurrent callers
+        self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, name=f"{name}-{n}", daemon=True) for n in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, items: Sequence[T]) -> Future:
+        """Queue ``items``; the future resolves to their results (a list, same order)."""
+        submission: _Submission[T, R] = _Submission(list(items))
+        with self._lock:
+            if self._closed:
+                raise BatcherClosedError(f"{self.name} is closed")
+            self._queue.put(submission)
+        return submission.future
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Finish what was submitted, then stop the worker threads (one stop mark each, queued
+        after every accepted submission)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in self._threads:
+                self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # --- worker ---------------------------------------------------------------------------------
+
+    def _others_expected(self) -> bool:
+        return self.expected is None or self.expected() > 0 or self._last_submissions > 1
+
+    def _collect(self, first: _Submission[T, R]) -> tuple[list[_Submission[T, R]], bool]:
+        """The batch that starts with ``first``; True as second value when close() was seen."""
+        batch, count = [first], len(first.items)
+        deadline = time.monotonic() + self.max_wait_s
+        while count < self.max_items:
+            try:  # whatever is already queued joins without waiting
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._others_expected():
+                    break
+                try:
+                    nxt = self._queue.get(timeout=min(remaining, _POLL_S))
+                except queue.Empty:
+                    continue
+            if nxt is None:
+                return batch, True
+            batch.append(nxt)
+            count += len(nxt.items)
+        return batch, False
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch, stopping = self._collect(first)
+            self._execute(batch)
+
+    def _execute(self, batch: list[_Submission[T, R]]) -> None:
+        items = [item for sub in batch for item in sub.items]
+        self._last_submissions = len(batch)
+        try:
+            results = self.fn(items)
+            if len(results) != len(items):
+                raise RuntimeError(f"{self.name}: batch function returned {len(results)} results for {len(items)} items")
+        except Exception as error:  # every caller of this batch sees the failure
+            log.warning("%s: batch of %d items failed: %s", self.name, len(items), error)
+            for sub in batch:
+                sub.future.set_exception(error)
+            return
+        with self._stats_lock:
+            self.stats.batches += 1
+            self.stats.items += len(items)
+            self.stats.submissions += len(batch)
+            self.stats.largest = max(self.stats.largest, len(items))
+        start = 0
+        for sub in batch:
+            sub.future.set_result(results[start : start + len(sub.items)])
+            start += len(sub.items)

@@ -1,0 +1,34 @@
+"""A workspace with one real index release (the bundled sample, BM25 + MiniLM FAISS), built once."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.serve.harness import minilm
+
+
+@pytest.fixture(scope="session")
+def served_workspace(prefect_harness: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Read-only for tests: copy it (`workspace_copy`) to change it."""
+    from flows.reindex import reindex_flow
+    from flows.sample_data import SAMPLE_DUMP
+    from pipelines.retrieval.java import JavaMissingError, check_java
+
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"the service's BM25 needs a JDK: {error}")
+    root = tmp_path_factory.mktemp("served") / "ws"
+    report = reindex_flow(workspace=str(root), dump=str(SAMPLE_DUMP), model=minilm())
+    assert report["dense_vectors"] == 150
+    return root
+
+
+@pytest.fixture
+def workspace_copy(served_workspace: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "ws"
+    shutil.copytree(served_workspace, target, symlinks=True)
+    return target

@@ -1,0 +1,143 @@
+"""The micro-batcher: concurrent submissions share one batch call, the wait is bounded, and a
+failing batch reaches every caller without stopping the worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pipelines.microbatch import BatcherClosedError, MicroBatcher
+
+
+def _squares(calls: list[list[int]]):
+    def fn(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        time.sleep(0.01)  # a batch call costs something, as encoding does
+        return [i * i for i in items]
+
+    return fn
+
+
+def test_concurrent_submissions_share_batches_and_get_their_own_results() -> None:
+    calls: list[list[int]] = []
+    batcher = MicroBatcher(_squares(calls), max_wait_s=0.05, max_items=64)
+    try:
+        futures = [batcher.submit([i, i + 100]) for i in range(20)]
+        results = [f.result(timeout=5) for f in futures]
+    finally:
+        batcher.close()
+    assert results == [[i * i, (i + 100) ** 2] for i in range(20)]
+    assert len(calls) < 20, "20 queued submissions should not run as 20 batches"
+    assert batcher.stats.items == 40 and batcher.stats.submissions == 20 and batcher.stats.largest > 2
+
+
+def test_batches_respect_max_items() -> None:
+    calls: list[list[int]] = []
+    batcher = MicroBatcher(_squares(calls), max_wait_s=0.05, max_items=4)
+    try:
+        for f in [batcher.submit([i]) for i in range(12)]:
+            f.result(timeout=5)
+    finally:
+        batcher.close()
+    assert max(len(c) for c in calls) <= 4
+
+
+def test_a_lone_request_does_not_wait_when_nobody_else_is_expected() -> None:
+    calls: list[list[int]] = []
+    batcher = MicroBatcher(_squares(calls), max_wait_s=1.0, expected=lambda: 0)
+    try:
+        started = time.perf_counter()
+        assert batcher.submit([3]).result(timeout=5) == [9]
+        assert time.perf_counter() - started < 0.5, "waited for the full max_wait although nobody was expected"
+    finally:
+        batcher.close()
+
+
+def test_the_wait_for_expected_callers_is_bounded() -> None:
+    batcher = MicroBatcher(_squares([]), max_wait_s=0.2, expected=lambda: 5)  # they never come
+    try:
+        started = time.perf_counter()
+        assert batcher.submit([2]).result(timeout=5) == [4]
+        elapsed = time.perf_counter() - started
+    finally:
+        batcher.close()
+    assert 0.15 <= elapsed < 1.0
+
+
+def test_expected_callers_join_the_batch() -> None:
+    calls: list[list[int]] = []
+    arriving = [3]
+    batcher = MicroBatcher(_squares(calls), max_wait_s=2.0, expected=lambda: arriving[0])
+
+    def late(i: int) -> None:
+        time.sleep(0.05 * i)
+        arriving[0] -= 1
+        batcher.submit([i]).result(timeout=5)
+
+    threads = [threading.Thread(target=late, args=(i,)) for i in (1, 2, 3)]
+    try:
+        first = batcher.submit([0])
+        for t in threads:
+            t.start()
+        first.result(timeout=5)
+        for t in threads:
+            t.join(5)
+    finally:
+        batcher.close()
+    assert calls[0] == [0, 1, 2, 3]
+
+
+def test_a_failing_batch_fails_its_callers_and_the_worker_keeps_going() -> None:
+    def fn(items: list[int]) -> list[int]:
+        if 13 in items:
+            raise ValueError("unlucky")
+        return items
+
+    batcher = MicroBatcher(fn, max_wait_s=0.0)
+    try:
+        with pytest.raises(ValueError, match="unlucky"):
+            batcher.submit([13]).result(timeout=5)
+        assert batcher.submit([1, 2]).result(timeout=5) == [1, 2]
+    finally:
+        batcher.close()
+
+
+def test_a_wrong_number_of_results_is_an_error_not_a_misaligned_answer() -> None:
+    batcher = MicroBatcher(lambda items: items[:-1], max_wait_s=0.0)
+    try:
+        with pytest.raises(RuntimeError, match="returned 1 results for 2 items"):
+            batcher.submit([1, 2]).result(timeout=5)
+    finally:
+        batcher.close()
+
+
+def test_close_finishes_pending_work_and_refuses_more() -> None:
+    batcher = MicroBatcher(_squares([]), max_wait_s=0.0)
+    pending = batcher.submit([4])
+    batcher.close()
+    assert pending.result(timeout=5) == [16]
+    with pytest.raises(BatcherClosedError):
+        batcher.submit([1])
+
+
+def test_several_workers_run_batches_at_once_and_all_stop_on_close() -> None:
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def fn(items: list[int]) -> list[int]:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return items
+
+    batcher = MicroBatcher(fn, max_wait_s=0.0, max_items=1, workers=3)
+    futures = [batcher.submit([i]) for i in range(3)]
+    assert [f.result(timeout=5) for f in futures] == [[0], [1], [2]]
+    batcher.close()
+    assert peak[0] == 3, f"at most {peak[0]} batches ran at once"
+    assert not any(t.is_alive() for t in batcher._threads)
