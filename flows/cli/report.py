@@ -22,13 +22,16 @@ def format_value(value: Any, width: int = MAX_VALUE_WIDTH) -> str:
 
 
 def report_table(report: dict[str, Any]) -> str:
-    """The report's figures as two aligned columns (no header: the keys say what they are)."""
-    from tabulate import tabulate
+    """The report's figures as two aligned columns, ``key: value`` with the keys right-aligned
+    (no header: the keys say what they are; scripts may still grep ``key: value``)."""
+    from tabulate import simple_separated_format, tabulate
 
     rows = [(key, format_value(value)) for key, value in report.items() if key != "noop"]
     if not rows:
         return ""
-    return tabulate(rows, tablefmt="plain", disable_numparse=True)
+    table = tabulate(rows, tablefmt=simple_separated_format(": "), colalign=("right", "left"),
+                     disable_numparse=True)  # fmt: skip
+    return "\n".join(line.rstrip() for line in table.splitlines())
 
 
 def echo_report(title: str, report: dict[str, Any]) -> None:

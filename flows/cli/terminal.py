@@ -56,14 +56,26 @@ def for_terminal(record: logging.LogRecord) -> bool:
     return record.levelno == logging.WARNING and record.name in RUN_LOGGERS
 
 
+def is_finished_progress(record: logging.LogRecord) -> bool:
+    """The closing record of a loop that completed (``... | done | ...``, see pipelines.progress)."""
+    return record.name.startswith(PROGRESS_LOGGER) and "done" in record.getMessage().split(" | ")
+
+
 class TerminalHandler(logging.Handler):
-    """Writes to the *current* ``sys.stderr`` (click's test runner swaps it per call)."""
+    """Writes to the *current* ``sys.stderr`` (click's test runner swaps it per call).
+
+    ``hide_finished`` drops the closing record of each completed loop: for commands that print
+    their own line per finished stage (`odqa demo`), where dozens of tiny loops would otherwise
+    each add a line; records of loops still running (every 30 s) are kept."""
 
     def __init__(self, everything: bool) -> None:
         super().__init__(level=logging.INFO)
         self.everything = everything
+        self.hide_finished = False
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.hide_finished and is_finished_progress(record):
+            return False
         return (self.everything or for_terminal(record)) and super().filter(record)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -82,6 +94,7 @@ class TerminalSession:
 
     log_path: Path
     verbose: bool
+    terminal: TerminalHandler | None = None
     handlers: list[logging.Handler] = field(default_factory=list)
     detached: list[logging.Handler] = field(default_factory=list)
     saved_env: dict[str, str | None] = field(default_factory=dict)
@@ -125,7 +138,7 @@ def open_session(workspace: Path, verbose: bool) -> TerminalSession:
 
     log_file = LogFileHandler(str(session.log_path))
     log_file.setFormatter(RunFormatter())
-    terminal = TerminalHandler(everything=verbose)
+    terminal = session.terminal = TerminalHandler(everything=verbose)
     terminal.setFormatter(RunFormatter(with_pid=False, datefmt="%H:%M:%S") if verbose else logging.Formatter("%(message)s"))
     root = logging.getLogger()
     for handler in (log_file, terminal):
