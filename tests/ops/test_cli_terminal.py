@@ -167,3 +167,28 @@ def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
     rebuilt = cli(*retrieve).output
     assert f"the flat index of model {minilm()} is stale (corpus changed); building it" in rebuilt
     assert "retrieve: done" in rebuilt
+
+
+def test_prefect_server_is_found_from_env_profile_or_health_check(prefect_harness, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flows.cli import prefect_api
+
+    for name in ("PREFECT_API_URL", "PREFECT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    profiles = tmp_path / "profiles.toml"
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(profiles))
+    profiles.write_text('active = "lab"\n[profiles.lab]\nPREFECT_API_URL = "http://lab:4200/api"\n', encoding="utf-8")
+    assert prefect_api.choose_prefect_api() == prefect_api.PrefectApi("http://lab:4200/api", "the active Prefect profile")
+    monkeypatch.setenv("PREFECT_API_URL", prefect_harness)
+    assert prefect_api.choose_prefect_api().source == "PREFECT_API_URL"
+
+    monkeypatch.delenv("PREFECT_API_URL")
+    profiles.write_text('active = "local"\n[profiles.local]\n', encoding="utf-8")
+    assert prefect_api.server_answers(prefect_harness)  # a real server answers its health check
+    monkeypatch.setattr(prefect_api, "LOCAL_SERVER", prefect_harness)
+    found = prefect_api.choose_prefect_api()
+    assert (found.url, found.needs_export) == (prefect_harness, True)
+    closed = prefect_harness.replace(prefect_harness.split(":")[-1].split("/")[0], "9")  # nothing listens on port 9
+    monkeypatch.setattr(prefect_api, "LOCAL_SERVER", closed)
+    assert not prefect_api.server_answers(closed)
+    assert prefect_api.choose_prefect_api().url is None
