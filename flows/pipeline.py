@@ -595,17 +595,24 @@ DEMO_QUERIES = [
 ]
 
 
-def run_demo_pipeline(workspace: str) -> None:
+def run_demo_pipeline(
+    workspace: str,
+    training: TrainingSettings = DEMO_TRAINING,
+    questions: QuestionSettings | None = None,
+    evaluation: EvaluationSettings | None = None,
+) -> None:
     """`odqa demo`: the whole pipeline on the bundled sample (tiny training), then the results
     table (R@1/5/20/100 of BM25, dense zero-shot, DPR, TASER, DESIRE-ME, hybrid) and three SQL
-    queries over labels and results. A second call finishes from cache in seconds."""
+    queries over labels and results. A second call finishes from cache in seconds. (The
+    settings are parameters so tests can run the same output path on a smaller pipeline.)"""
     import click
 
     from flows.cli.sql import render
 
     ws = Workspace.resolve(workspace)
     click.echo(f"=== odqa pipeline on the bundled sample -> {ws.root} ===")
-    outcome = odqa_pipeline(workspace=str(ws.root), training=DEMO_TRAINING)
+    outcome = odqa_pipeline(workspace=str(ws.root), training=training, questions=questions or QuestionSettings(),
+                            evaluation=evaluation or EvaluationSettings())  # fmt: skip
     states = outcome["states"]
     cached = sum(1 for s in states.values() if s == "Cached")
     click.echo(f"\n{len(states)} stages in {outcome['seconds']:.0f}s ({cached} from cache)")

@@ -64,18 +64,26 @@ def is_finished_progress(record: logging.LogRecord) -> bool:
 class TerminalHandler(logging.Handler):
     """Writes to the *current* ``sys.stderr`` (click's test runner swaps it per call).
 
-    ``hide_finished`` drops the closing record of each completed loop: for commands that print
-    their own line per finished stage (`odqa demo`), where dozens of tiny loops would otherwise
-    each add a line; records of loops still running (every 30 s) are kept."""
+    ``stage_lines(gap)`` is for commands that print their own line per finished stage (`odqa
+    demo`): the closing record of each completed loop is dropped (dozens of tiny loops would
+    each add a line) and records of running loops are shown at most once per ``gap`` seconds,
+    so the terminal gets a bounded number of lines however long the stages take. The log file
+    and the run logs still get every record."""
 
     def __init__(self, everything: bool) -> None:
         super().__init__(level=logging.INFO)
         self.everything = everything
-        self.hide_finished = False
+        self.progress_gap: float | None = None
+        self.last_progress = float("-inf")
+
+    def stage_lines(self, gap: float) -> None:
+        self.progress_gap = gap
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.hide_finished and is_finished_progress(record):
-            return False
+        if self.progress_gap is not None and record.name.startswith(PROGRESS_LOGGER):
+            if is_finished_progress(record) or record.created - self.last_progress < self.progress_gap:
+                return False
+            self.last_progress = record.created
         return (self.everything or for_terminal(record)) and super().filter(record)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -99,6 +107,7 @@ class TerminalSession:
     detached: list[logging.Handler] = field(default_factory=list)
     saved_env: dict[str, str | None] = field(default_factory=dict)
     saved_levels: dict[str, int] = field(default_factory=dict)
+    captured_warnings: bool = False
 
     def set_env(self, name: str, value: str) -> None:
         self.saved_env.setdefault(name, os.environ.get(name))
@@ -122,6 +131,9 @@ class TerminalSession:
         for name, level in self.saved_levels.items():
             logging.getLogger(name).setLevel(level)
         self.saved_levels.clear()
+        if self.captured_warnings:
+            logging.captureWarnings(False)
+            self.captured_warnings = False
 
     def log_written(self) -> bool:
         return self.log_path.is_file() and self.log_path.stat().st_size > 0
@@ -144,6 +156,10 @@ def open_session(workspace: Path, verbose: bool) -> TerminalSession:
     for handler in (log_file, terminal):
         root.addHandler(handler)
         session.handlers.append(handler)
+    # Third-party warnings (numba, transformers, ...) are records too: in the log file, and on
+    # the terminal only with -v.
+    logging.captureWarnings(True)
+    session.captured_warnings = True
     odqa = logging.getLogger("odqa")
     session.saved_levels["odqa"] = odqa.level
     if odqa.getEffectiveLevel() > logging.INFO:
