@@ -75,11 +75,17 @@ class TerminalHandler(logging.Handler):
         self.everything = everything
         self.progress_gap: float | None = None
         self.last_progress = float("-inf")
+        self.last_record: logging.LogRecord | None = None
 
     def stage_lines(self, gap: float) -> None:
         self.progress_gap = gap
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # Attached to the root logger and to the progress logger (whose records then reach it
+        # twice, or once if the progress logger does not propagate): show each record once.
+        if record is self.last_record:
+            return False
+        self.last_record = record
         if self.progress_gap is not None and record.name.startswith(PROGRESS_LOGGER):
             if is_finished_progress(record) or record.created - self.last_progress < self.progress_gap:
                 return False
@@ -103,7 +109,7 @@ class TerminalSession:
     log_path: Path
     verbose: bool
     terminal: TerminalHandler | None = None
-    handlers: list[logging.Handler] = field(default_factory=list)
+    handlers: list[tuple[logging.Logger, logging.Handler]] = field(default_factory=list)
     detached: list[logging.Handler] = field(default_factory=list)
     saved_env: dict[str, str | None] = field(default_factory=dict)
     saved_levels: dict[str, int] = field(default_factory=dict)
@@ -115,8 +121,8 @@ class TerminalSession:
 
     def close(self) -> None:
         root = logging.getLogger()
-        for handler in self.handlers:
-            root.removeHandler(handler)
+        for logger, handler in self.handlers:
+            logger.removeHandler(handler)
             handler.close()
         self.handlers.clear()
         for handler in self.detached:
@@ -153,9 +159,9 @@ def open_session(workspace: Path, verbose: bool) -> TerminalSession:
     terminal = session.terminal = TerminalHandler(everything=verbose)
     terminal.setFormatter(RunFormatter(with_pid=False, datefmt="%H:%M:%S") if verbose else logging.Formatter("%(message)s"))
     root = logging.getLogger()
-    for handler in (log_file, terminal):
-        root.addHandler(handler)
-        session.handlers.append(handler)
+    for logger, handler in ((root, log_file), (root, terminal), (logging.getLogger(PROGRESS_LOGGER), terminal)):
+        logger.addHandler(handler)
+        session.handlers.append((logger, handler))
     # Third-party warnings (numba, transformers, ...) are records too: in the log file, and on
     # the terminal only with -v.
     logging.captureWarnings(True)

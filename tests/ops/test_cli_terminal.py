@@ -226,3 +226,53 @@ def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tm
     assert sum(line.startswith("=== SQL: ") for line in lines) == 3
     assert len(lines) <= 120
     assert "Finished in state Completed()" in (ws / "logs" / "odqa.log").read_text(encoding="utf-8")
+
+
+def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, capsys) -> None:
+    import logging
+
+    from flows.cli.terminal import TerminalHandler, open_session
+    from flows.console import CONSOLE_MARK
+    from pipelines.progress import progress
+
+    session = open_session(tmp_path / "ws", verbose=False)
+    progress_logger = logging.getLogger("odqa.progress")
+    try:
+        with progress(2, "encode", "passages", mode="log", interval=0) as bar:
+            bar.update(2)
+        progress_logger.propagate = False  # however the progress logger is routed: shown once
+        with progress(1, "train", "steps", mode="log", interval=0) as bar:
+            bar.update(1, loss=0.5)
+        progress_logger.propagate = True
+        logging.getLogger("odqa.stage").info("detail for the log file")
+        logging.getLogger("odqa.stage").warning("3 rows skipped")
+        logging.getLogger("odqa.stage").info("stage x done", extra={CONSOLE_MARK: True})
+        logging.getLogger("somelib").warning("library noise")
+    finally:
+        progress_logger.propagate = True
+        session.close()
+    shown = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in shown] == ["encode", "encode", "train", "train", "warning", "stage x done"]
+    assert shown[4] == "warning: 3 rows skipped" and shown[3].endswith("| done | loss=0.5")
+    log = (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
+    assert "odqa.stage - detail for the log file" in log and "somelib - library noise" in log
+    assert not [h for h in logging.getLogger("odqa.progress").handlers if isinstance(h, TerminalHandler)]
+
+
+def test_demo_terminal_drops_finished_loops_and_spaces_running_ones(tmp_path: Path, capsys) -> None:
+    from flows.cli.terminal import open_session
+    from pipelines.progress import progress
+
+    session = open_session(tmp_path / "ws", verbose=False)
+    session.terminal.stage_lines(gap=3600.0)
+    try:
+        for loop in ("ingest", "label", "bm25"):
+            with progress(10, loop, "items", mode="log", interval=0) as bar:
+                for _ in range(10):
+                    bar.update(1)
+    finally:
+        session.close()
+    shown = capsys.readouterr().err.splitlines()
+    assert len(shown) == 1 and shown[0].startswith("ingest: 1/10 items")
+    log = (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
+    assert log.count("| done") == 3 and log.count("odqa.progress") == 33
