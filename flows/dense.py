@@ -252,6 +252,61 @@ def open_model_index(ws: Workspace, ref: ModelRef, index_type: str, retriever=No
                       _corpus_fingerprint(ws))  # fmt: skip
 
 
+# --- indexes the verbs need -----------------------------------------------------------------
+
+
+def _newer_than(model_path: str, index_dir: Path) -> bool:
+    """Whether a local model's weights or config changed after the index was written (a model
+    retrained under the same id); a Hugging Face name is taken as unchanged."""
+    folder, meta_file = Path(model_path), index_dir / "index.json"
+    if not folder.is_dir() or not meta_file.is_file():
+        return False
+    built = meta_file.stat().st_mtime
+    return any((folder / name).is_file() and (folder / name).stat().st_mtime > built
+               for name in ("config.json", "model.safetensors"))  # fmt: skip
+
+
+def index_problem(ws: Workspace, ref: ModelRef, index_type: str, retriever=None) -> str | None:
+    """Why the model's index cannot answer now (missing; stale because the passages or the
+    weights changed), or None. The weights are fingerprinted only when the model's files are
+    newer than the index, so an up-to-date index costs no model load."""
+    from pipelines.dense.faiss_index import read_index_metadata
+
+    folder = dense_dir(ws, ref.passage_key) / index_type
+    meta = read_index_metadata(folder)
+    if meta is None:
+        return f"no {index_type} index for model {ref.passage_name}"
+    if meta.corpus_fingerprint != _corpus_fingerprint(ws):
+        return f"the {index_type} index of model {ref.passage_name} is stale (corpus changed)"
+    if _newer_than(ref.passage_path, folder):
+        model = retriever if retriever is not None and ref.passage_path == ref.path else _load(ref.passage_path)
+        if model.config_fingerprint() != meta.model_fingerprint:
+            return f"the {index_type} index of model {ref.passage_name} is stale (model changed)"
+    return None
+
+
+def ensure_index(ws: Workspace, ref: ModelRef, index_type: str, retriever=None) -> None:
+    """Build the model's index when it is missing or stale, as `odqa index build` would (encoding
+    first where the embeddings are missing or stale; default index parameters), saying so on the
+    terminal. Inside a flow run the build is a subflow (visible in the UI); outside one (`odqa
+    search` without a Prefect server) it runs directly."""
+    from prefect.context import FlowRunContext
+
+    from flows.console import tell
+
+    problem = index_problem(ws, ref, index_type, retriever)
+    if problem is None:
+        return
+    tell("%s; building it (as odqa index build --model %s --type %s would) ...", problem, ref.passage_name,
+         index_type)  # fmt: skip
+    if FlowRunContext.get() is not None:
+        index_build_flow(model=ref.passage_name, index_type=index_type, workspace=str(ws.root))
+        return
+    encode_task.fn(str(ws.root), ref.passage_name, 50_000, 128, "float32", "auto")
+    index_task.fn(str(ws.root), ref.passage_name, index_type,
+                  asdict(_index_params(index_type, None, None, None, None)))  # fmt: skip
+
+
 # --- dense and hybrid runs (registered in flows.retrieval.RETRIEVERS) -----------------------
 
 
@@ -289,8 +344,10 @@ def mine_questions(ws: Workspace, retriever, index, questions: pa.Table, depth: 
 def _dense_candidates(ws: Workspace, questions: pa.Table, k: int, options: dict[str, Any]) -> Iterator[pa.Table]:
     """Dense top-k of each question chunk: question_id, passage_id, rank (1-based), score."""
     ref = resolve_model(ws, _require(options, "model", "dense"))
+    index_type = options.get("index_type") or "flat"
     retriever = _load(ref.path)
-    index = open_model_index(ws, ref, options.get("index_type") or "flat", retriever)
+    ensure_index(ws, ref, index_type, retriever)
+    index = open_model_index(ws, ref, index_type, retriever)
     yield from search_questions(retriever, index, questions, k)
 
 
@@ -299,10 +356,8 @@ def _dense_config(ws: Workspace, options: dict[str, Any]) -> dict[str, Any]:
 
     ref = resolve_model(ws, _require(options, "model", "dense"))
     index_type = options.get("index_type") or "flat"
+    ensure_index(ws, ref, index_type)
     meta = read_index_metadata(dense_dir(ws, ref.passage_key) / index_type)
-    if meta is None:
-        raise FileNotFoundError(f"no {index_type} index for model {ref.name!r}; run: odqa index build --model "
-                                f"{ref.name} --type {index_type}")  # fmt: skip
     return {"model": ref.name, "model_path": ref.path, "model_identity": model_identity(ref.path),
             "index_type": index_type, "index_model_fingerprint": meta.model_fingerprint, "index_corpus": meta.corpus_fingerprint,
             "index_params": meta.params}  # fmt: skip

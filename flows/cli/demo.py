@@ -13,4 +13,6 @@ def demo(ctx: click.Context) -> None:
     """Run the pipeline on the bundled sample into the workspace and show the results."""
     from flows.demo import demo_flow
 
+    # Every stage prints its own line with its time; progress of a long one every 2 minutes.
+    ctx.find_root().obj["terminal"].terminal.stage_lines(gap=120.0)
     demo_flow(workspace=workspace_arg(ctx))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import main, workspace_arg
+from flows.cli.groups import main, prefect_api_of, workspace_arg
 from flows.cli.report import echo_report
 from flows.cli.runner_options import runner_options, runner_settings
 
@@ -93,14 +93,18 @@ def tune_hybrid(ctx: click.Context, model: str, dev: tuple[str, ...], k: int, in
 @click.pass_context
 def search(ctx: click.Context, questions: tuple[str, ...], retriever: str | None, model: str | None, k: int,
            alpha: float | None, index_type: str) -> None:  # fmt: skip
-    """Print the top passages (title, score, text) for each QUESTION (or each line of stdin)."""
+    """Print the top passages (title, score, text) for each QUESTION (or each line of stdin).
+
+    With a Prefect server configured the search is a flow run on it; without one it is answered
+    directly, without starting a temporary server (searching writes nothing to track)."""
     from flows.dense import search_flow
 
     asked = list(questions) or [line.strip() for line in click.get_text_stream("stdin") if line.strip()]
     if not asked:
         raise click.UsageError("give a question (or pipe questions on stdin, one per line)")
-    results = search_flow(questions=asked, retriever=retriever or ("dense" if model else "bm25"), model=model, k=k,
-                          alpha=alpha, index_type=index_type, workspace=workspace_arg(ctx))  # fmt: skip
+    run = search_flow if prefect_api_of(ctx).url else search_flow.fn
+    results = run(questions=asked, retriever=retriever or ("dense" if model else "bm25"), model=model, k=k,
+                  alpha=alpha, index_type=index_type, workspace=workspace_arg(ctx))  # fmt: skip
     current = None
     for row in results:
         if row["question"] != current:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import click
-import pyarrow as pa
 
 from flows.cli.groups import main, workspace_arg, workspace_of
-from flows.cli.sql import render
 
 MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
 
@@ -31,6 +29,7 @@ def _ks(value: str) -> list[int]:
 @click.pass_context
 def evaluate(ctx: click.Context, run: str, ks: str, match: str, groups: bool) -> None:
     """Evaluate RUN into the metrics table and print its figures (and a plot path)."""
+    from flows.cli.sql import render
     from flows.evaluation import evaluate_flow
 
     report = evaluate_flow(run=run, ks=_ks(ks), match=match, workspace=workspace_arg(ctx))
@@ -60,6 +59,9 @@ def evaluate(ctx: click.Context, run: str, ks: str, match: str, groups: bool) ->
 @click.pass_context
 def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alpha: float) -> None:
     """Compare RUNS: means per metric, two-sided paired t-tests with Bonferroni correction."""
+    import pyarrow as pa
+
+    from flows.cli.sql import render
     from flows.evaluation import compare_flow
 
     report = compare_flow(runs=list(runs), ks=_ks(ks), match=match, alpha=alpha, workspace=workspace_arg(ctx))

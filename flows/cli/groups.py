@@ -1,7 +1,12 @@
 """The `odqa` command group and its sub-groups; verb modules attach commands to these.
 
-Verb modules import their flows inside the command body, so `odqa --help` and `odqa sql` start
-in well under a second instead of paying for torch, pyserini and Prefect imports.
+Verb modules import their flows (and storage, pyarrow, Prefect) inside the command body, so
+`odqa --help` and argument errors answer in a fraction of a second instead of paying for torch,
+pyserini and Prefect imports.
+
+The group callback sets up each call: where log records go (`flows.cli.terminal`: the terminal
+shows progress and summaries, Prefect's records go to `<workspace>/logs/odqa.log`, `-v` shows
+them too) and which Prefect server flows report to (`flows.cli.prefect_api`).
 """
 
 from __future__ import annotations
@@ -9,10 +14,15 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 import click
 
-from storage import Workspace
+from flows.cli.prefect_api import PrefectApi, choose_prefect_api
+from flows.cli.terminal import TerminalSession, open_session, workspace_root
+
+if TYPE_CHECKING:
+    from storage import Workspace
 
 
 class OdqaGroup(click.Group):
@@ -30,6 +40,9 @@ class OdqaGroup(click.Group):
             if os.environ.get("ODQA_DEBUG") or (ctx.obj or {}).get("debug"):
                 traceback.print_exc()
             click.echo(f"odqa: error: {exc}", err=True)
+            session: TerminalSession | None = (ctx.obj or {}).get("terminal")
+            if session is not None and session.log_written() and not session.verbose:
+                click.echo(f"odqa: log: {session.log_path}", err=True)
             sys.exit(1)
 
 
@@ -42,9 +55,11 @@ class OdqaGroup(click.Group):
     metavar="DIR",
     help="Workspace directory (default: $ODQA_WORKSPACE, else ./workspace).",
 )
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also show Prefect's log records on the terminal (they always go to <workspace>/logs/odqa.log).")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.pass_context
-def main(ctx: click.Context, workspace: str | None, debug: bool) -> None:
+def main(ctx: click.Context, workspace: str | None, verbose: bool, debug: bool) -> None:
     """odqa: open-domain QA retrievers from public sources, as Prefect flows over a DuckDB workspace."""
     # A flow run without a configured server starts a temporary one; on a busy 2-core machine
     # that can take longer than Prefect's 20 s default, which would fail every verb.
@@ -53,10 +68,27 @@ def main(ctx: click.Context, workspace: str | None, debug: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["debug"] = debug
+    session = open_session(workspace_root(workspace), verbose)
+    ctx.call_on_close(session.close)
+    ctx.obj["terminal"] = session
+    api = choose_prefect_api()
+    if api.needs_export and api.url:
+        session.set_env("PREFECT_API_URL", api.url)
+    ctx.obj["prefect_api"] = api
+    if verbose:
+        click.echo(f"odqa: {api.describe()}", err=True)
+        ctx.call_on_close(lambda: click.echo(f"odqa: log: {session.log_path}", err=True))
+
+
+def prefect_api_of(ctx: click.Context) -> PrefectApi:
+    """The Prefect server this call's flows report to (see `flows.cli.prefect_api`)."""
+    return ctx.find_root().obj["prefect_api"]
 
 
 def workspace_of(ctx: click.Context) -> Workspace:
     """The workspace chosen by the global option (resolved when a verb needs it)."""
+    from storage import Workspace
+
     return Workspace.resolve(ctx.find_root().obj.get("workspace"))
 
 

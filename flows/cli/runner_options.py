@@ -8,11 +8,12 @@ default on-machine path; `$ODQA_DASK_ADDRESS` still routes work to a cluster.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from flows.task_runners import RunnerSettings
+if TYPE_CHECKING:  # imported when a verb runs: flows.task_runners imports Prefect
+    from flows.task_runners import RunnerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,5 +32,7 @@ def runner_settings(runner: str | None, runner_workers: int | None, dask_address
     """The settings the options name, or None when none was given (the flow's default path)."""
     if runner is None and runner_workers is None and dask_address is None:
         return None
+    from flows.task_runners import RunnerSettings
+
     return RunnerSettings(kind=runner or ("dask" if dask_address else "threads"), workers=runner_workers,
                           dask_address=dask_address)  # fmt: skip

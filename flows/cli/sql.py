@@ -6,12 +6,14 @@ import csv
 import io
 import json
 import math
+from typing import TYPE_CHECKING
 
 import click
-import pyarrow as pa
-from tabulate import tabulate
 
 from flows.cli.groups import main, workspace_of
+
+if TYPE_CHECKING:  # pyarrow is imported by the query itself, not by `odqa --help`
+    import pyarrow as pa
 
 
 def _cell(value: object, width: int) -> object:
@@ -26,6 +28,8 @@ def _cell(value: object, width: int) -> object:
 
 def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
     """The query result as an aligned table, CSV or JSON Lines."""
+    from tabulate import tabulate
+
     rows = table.to_pylist()
     if fmt == "json":
         return "\n".join(json.dumps(r, ensure_ascii=False, default=str) for r in rows)

