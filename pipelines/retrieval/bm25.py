@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.progress import progress, track
-from pipelines.retrieval.java import JavaInfo, ensure_java
+from pipelines.retrieval.java import JavaInfo, ensure_java, start_quiet_jvm
 from pipelines.retrieval.runs import RUN_SCHEMA
 
 METADATA_FILE = "odqa-index.json"
@@ -275,7 +275,8 @@ class Bm25Searcher:
 
     def __init__(self, index: IndexInfo, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
         self.java: JavaInfo = ensure_java()
-        from pyserini.pyclass import JArrayList, autoclass  # starts the JVM: after ensure_java
+        start_quiet_jvm(self.java)
+        from pyserini.pyclass import JArrayList, autoclass
 
         self._array_list = JArrayList
         self.index = index

@@ -11,13 +11,19 @@ pyserini, so the check is cheap and safe to run before anything else.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 MIN_JAVA_MAJOR = 21
 VECTOR_MODULE = "jdk.incubator.vector"
@@ -162,3 +168,52 @@ def ensure_java(env: MutableMapping[str, str] | None = None) -> JavaInfo:
     env["JAVA_HOME"] = str(info.home)
     env.setdefault("OPENAI_API_KEY", "unused-placeholder")
     return info
+
+
+# Lucene logs a WARNING through java.util.logging when it cannot use its newest MMapDirectory;
+# JDK 24+ warns (once, on stderr) when Lucene calls sun.misc.Unsafe. Neither is actionable for
+# a user, so the in-process JVM keeps java.util.logging to SEVERE and allows the Unsafe call.
+_JUL_PROPERTIES = "handlers = java.util.logging.ConsoleHandler\n.level = SEVERE\n"
+UNSAFE_OPTION_SINCE = 24
+
+
+def quiet_jvm_options(info: JavaInfo, scratch: Path) -> list[str]:
+    """JVM options that keep the in-process JVM's non-actionable warnings off the terminal."""
+    properties = scratch / "odqa-jul.properties"
+    if not properties.exists():
+        properties.write_text(_JUL_PROPERTIES, encoding="utf-8")
+    options = [f"-Djava.util.logging.config.file={properties}"]
+    if info.major >= UNSAFE_OPTION_SINCE:
+        options.append("--sun-misc-unsafe-memory-access=allow")
+    return options
+
+
+@contextlib.contextmanager
+def jvm_stderr_captured() -> Iterator[None]:
+    """Send what the JVM prints on file descriptor 2 while it boots ("WARNING: Using incubator
+    modules", which no option turns off) to this module's logger at DEBUG level instead of the
+    terminal; the descriptor is restored afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode("utf-8", "replace").splitlines():
+                if line.strip():
+                    log.debug("jvm: %s", line)
+
+
+def start_quiet_jvm(info: JavaInfo) -> None:
+    """Start pyserini's JVM in this process (if not yet started) without its boot warnings."""
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        jnius_config.add_options(*quiet_jvm_options(info, Path(tempfile.gettempdir())))
+    with jvm_stderr_captured():
+        import pyserini.pyclass  # noqa: F401  (starts the JVM)
+
