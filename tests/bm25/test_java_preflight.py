@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipelines.retrieval.java import JavaInfo, JavaMissingError, check_java, ensure_java, inspect_jdk
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +62,8 @@ def test_ensure_java_sets_environment(tmp_path: Path) -> None:
 
 PREFLIGHT_SCRIPT = """
 import sys
+
+import pytest
 import pipelines.retrieval.bm25, pipelines.retrieval.trec, pipelines.retrieval.negatives
 import pipelines.evaluation.metrics
 assert "pyserini" not in sys.modules and "jnius" not in sys.modules, "imported pyserini too early"
@@ -110,3 +114,31 @@ def test_real_machine_jdk_is_found_or_explained() -> None:
     else:
         assert info.major >= 21 and (info.home / "bin" / "java").is_file()
         assert os.access(info.home / "bin" / "java", os.X_OK)
+
+
+JVM_BOOT = (
+    "import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s'); "
+    "from pipelines.retrieval.java import ensure_java, start_quiet_jvm; info = ensure_java(); "
+    "{start}; from pyserini.pyclass import autoclass; "
+    "autoclass('java.util.logging.Logger').getLogger('odqa.test').warning('lucene-style warning')"
+)
+
+
+def _boot_jvm(start: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-c", JVM_BOOT.format(start=start)], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_quiet_jvm_start_keeps_warnings_off_the_terminal() -> None:
+    try:
+        check_java()
+    except JavaMissingError:
+        pytest.skip("no JDK 21+ with jdk.incubator.vector here")
+    loud = _boot_jvm("import pyserini.pyclass")
+    assert loud.returncode == 0, loud.stderr
+    assert "WARNING" in loud.stderr  # the control: pyserini's own start prints JVM warnings
+    quiet = _boot_jvm("start_quiet_jvm(info)")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "WARNING" not in quiet.stderr and "lucene-style warning" not in quiet.stderr, quiet.stderr
+    assert "jvm: WARNING: Using incubator modules" in quiet.stdout  # kept, in the debug log
