@@ -41,9 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from tqdm.auto import tqdm
 
 from pipelines.dense.retriever_protocol import DenseRetriever
+from pipelines.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -485,7 +485,8 @@ def encode_corpus(
     ``retriever_factory`` (a picklable callable, e.g. ``functools.partial(load_retriever, path)``).
     ``precision`` is the compute precision (see ``resolve_precision``); the manifest records it
     and a change starts over. ``total`` (number of passages, if known) only sizes the progress
-    bar; ``progress=None`` shows it when stderr is a terminal.
+    report (``pipelines.progress``: a bar on a terminal, log records off it); ``progress=False``
+    silences it.
     """
     out_dir = Path(out_dir)
     devices = list(devices) if devices is not None else default_devices()
@@ -495,19 +496,15 @@ def encode_corpus(
         log.info("%s: embeddings complete for this model and corpus; nothing to encode", out_dir)
         return EncodingResult(manifest, 0, True, None)
     done = {info.index: info for info in manifest.shards}
-    bar = tqdm(total=total, unit="psg", unit_scale=True, desc="encode", smoothing=0.05,
-               disable=None if progress is None else not progress)
-    try:
+    if len(devices) > 1 and retriever_factory is None:
+        raise ValueError("several devices need retriever_factory so each worker loads its own copy")
+    with progress_bar(total, "encode", "psg", enabled=progress is not False) as bar:
         if len(devices) > 1:
-            if retriever_factory is None:
-                raise ValueError("several devices need retriever_factory so each worker loads its own copy")
             encoded = _encode_multiprocess(manifest, done, batches, out_dir, devices, retriever_factory,
                                            batch_size, bar)
         else:
             encoded = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
                                          batch_size, bar)
-    finally:
-        bar.close()
     manifest.shards.sort(key=lambda s: s.index)
     manifest.num_passages = sum(s.count for s in manifest.shards)
     manifest.complete = True
@@ -686,6 +683,41 @@ class EncodedCorpus:
         if not chunks:
             return pa.array([], type=pa.string())
         return pa.chunked_array([c for chunk in chunks for c in chunk.chunks]).combine_chunks()
+
+    def iter_blocks(self, rows_per_block: int, start: int = 0, stop: int | None = None
+                    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first global row, float32 block)`` over rows ``[start, stop)``, at most
+        ``rows_per_block`` rows each, never crossing a shard.
+
+        Read with plain file reads rather than through a memory map: pages touched through a map
+        stay in the process's resident set until it is unmapped, so a build reading a 60 GB
+        directory that way shows a resident set of the whole shard it is on; here a block is
+        the only copy held.
+        """
+        stop = len(self) if stop is None else stop
+        if rows_per_block < 1 or not 0 <= start <= stop <= len(self):
+            raise ValueError(f"bad block request: rows {start}..{stop} of {len(self)}, {rows_per_block} per block")
+        dim = self.manifest.dim
+        for position, info in enumerate(self.manifest.shards):
+            lo, hi = int(self.offsets[position]), int(self.offsets[position + 1])
+            if hi <= start or lo >= stop:
+                continue
+            path = self.dir / info.vectors_file
+            header = np.load(path, mmap_mode="r")
+            if header.shape != (info.count, dim):
+                raise ValueError(f"{path}: shape {header.shape}, manifest says {info.count} x {dim}")
+            dtype, data_offset = header.dtype, header.offset
+            del header
+            with open(path, "rb") as handle:
+                first = max(start, lo)
+                while first < min(stop, hi):
+                    count = min(rows_per_block, min(stop, hi) - first)
+                    handle.seek(data_offset + (first - lo) * dim * dtype.itemsize)
+                    block = np.fromfile(handle, dtype=dtype, count=count * dim)
+                    if block.size != count * dim:
+                        raise ValueError(f"{path}: truncated at row {first - lo}")
+                    yield first, block.reshape(count, dim).astype(np.float32, copy=False)
+                    first += count
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """float32 vectors of the given global rows (any order, any shape), read from the mmaps."""
