@@ -210,6 +210,23 @@ def _max_sq_norm(corpus: EncodedCorpus, block_rows: int) -> float:
     return phi
 
 
+def _flat_part(corpus: EncodedCorpus, lo: int, hi: int, block_rows: int, bar) -> faiss.IndexFlatIP:
+    """A flat index of rows ``[lo, hi)`` with its storage sized once and filled block by block.
+
+    ``IndexFlat.add`` grows its storage vector by doubling, which copies it and briefly holds
+    twice the index; sizing it up front keeps the peak at one index plus one block.
+    """
+    dim = corpus.manifest.dim
+    index = faiss.IndexFlatIP(dim)
+    index.codes.resize((hi - lo) * dim * 4)
+    view = faiss.rev_swig_ptr(index.codes.data(), (hi - lo) * dim * 4).view(np.float32).reshape(hi - lo, dim)
+    for first, block in corpus.iter_blocks(block_rows, lo, hi):
+        view[first - lo:first - lo + len(block)] = block
+        bar.update(len(block))
+    index.ntotal = hi - lo
+    return index
+
+
 def _write_ids(corpus: EncodedCorpus, path: Path) -> None:
     """All passage ids in row order, written shard by shard (never all held at once)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -268,10 +285,13 @@ def build_index(
     bounds = part_bounds([s.count for s in manifest.shards], params.shards_per_part, params.max_part_vectors)
     with progress_bar(len(corpus), f"index {index_type}", "vec", enabled=progress is not False) as bar:
         for part_index, (lo, hi) in enumerate(bounds):
-            current = faiss.clone_index(template)
-            for _, block in corpus.iter_blocks(block_rows, lo, hi):
-                current.add(_augment(block, meta.phi) if index_type == "hnsw" else block)
-                bar.update(len(block))
+            if index_type == "flat":
+                current = _flat_part(corpus, lo, hi, block_rows, bar)
+            else:
+                current = faiss.clone_index(template)
+                for _, block in corpus.iter_blocks(block_rows, lo, hi):
+                    current.add(_augment(block, meta.phi) if index_type == "hnsw" else block)
+                    bar.update(len(block))
             name = f"part-{part_index:03d}.faiss"
             _write_faiss(current, building / name)
             del current

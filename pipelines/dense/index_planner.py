@@ -51,6 +51,7 @@ KMEANS_ITERATIONS = 25  # faiss's default niter for IVF and PQ training
 KMEANS_MAX_POINTS_PER_CENTROID = 256  # faiss subsamples k-means input above this
 PQ_CENTROIDS = 256  # 2 ** pq_nbits for the default 8 bits
 ID_BYTES = 8  # IVF stores one int64 label per vector
+KMEANS_BLOCK_BYTES = 64 * 1024**2  # faiss assigns in 4096 x 1024 distance blocks (and a few copies)
 CALIBRATION_VERSION = 4
 
 
@@ -144,7 +145,8 @@ def _estimate(costs: CostModel, index_type: IndexType, n: int, params: IndexPara
         return ram, disk, seconds, {}
     if index_type == "hnsw":
         per = costs.hnsw_bytes_per_vector * (params.hnsw_m / costs.hnsw_m if costs.hnsw_m else 1.0)
-        ram = costs.base_rss_bytes + int(part * per) + 3 * block * (d + 1) * 4
+        # faiss grows the vector storage by doubling: the last growth copies it, briefly twice.
+        ram = costs.base_rss_bytes + int(part * (per + (d + 1) * 4)) + 3 * block * (d + 1) * 4
         disk = int(n * per)
         full, rest = divmod(n, part)
         seconds = full * _hnsw_seconds(costs, part) + _hnsw_seconds(costs, rest) + disk / costs.write_bytes_per_second
@@ -160,7 +162,7 @@ def _estimate(costs: CostModel, index_type: IndexType, n: int, params: IndexPara
     per_vector = pq_m + ID_BYTES
     static = nlist * d * 4 + PQ_CENTROIDS * d * 4
     # The sample and k-means' distance buffers are freed before the first add.
-    train_ram = sample * d * 4 + trained * 4 * 2 + min(trained, 32_768) * nlist * 4
+    train_ram = sample * d * 4 + trained * 4 * 2 + KMEANS_BLOCK_BYTES
     add_ram = int(part * per_vector * 1.1) + 4 * block * d * 4  # lists grow by doubling; residuals
     ram = costs.base_rss_bytes + static + max(train_ram, add_ram)
     disk = n * per_vector + parts * static
@@ -335,6 +337,25 @@ def calibrate(dim: int, hnsw_m: int = 64, ef_construction: int = 200, seed: int 
     )
 
 
+def default_cache() -> Path:
+    """Where measured costs are kept: ``$ODQA_INDEX_COSTS``, else the user's cache folder.
+
+    Per machine rather than per workspace: the costs describe the CPU, not the data.
+    """
+    explicit = os.environ.get("ODQA_INDEX_COSTS")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "odqa" / "index-costs.json"
+
+
+def plan_all(costs: CostModel, num_vectors: int, memory_gb: float | None, params: IndexParams | None = None,
+             types: tuple[IndexType, ...] = INDEX_TYPES) -> list[TypePlan]:
+    """One plan per index type (``shards_per_part`` is ignored: the planner sizes parts itself)."""
+    params = replace(params or IndexParams(), shards_per_part=None)
+    return [plan_index(costs, kind, num_vectors, memory_gb=memory_gb, params=params) for kind in types]
+
+
 def load_or_calibrate(cache: Path | str | None, dim: int, hnsw_m: int = 64, ef_construction: int = 200
                       ) -> CostModel:
     """Costs from ``cache`` when it holds a calibration for these settings, else measured and
@@ -377,3 +398,28 @@ def peak_rss_bytes() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def plan_embeddings(embeddings_dir: Path | str, index_type: IndexType, params: IndexParams | None = None,
+                    memory_gb: float | None = None, cache: Path | str | None = None) -> tuple[TypePlan, str]:
+    """The plan of building ``index_type`` over an embeddings directory, and its printed form.
+
+    What every build runs first: refuses (``PlanRefused``) when the budget is too small, else
+    returns the parameters to build with (parts sized to the budget). Explicit
+    ``shards_per_part`` is kept as given (the plan is then shown for one part per group).
+    """
+    from pipelines.dense.sharded_encoding import read_manifest
+
+    manifest = read_manifest(embeddings_dir)
+    if manifest is None:
+        raise FileNotFoundError(f"{embeddings_dir}: no embeddings manifest; encode the passages first")
+    params = params or IndexParams()
+    costs = load_or_calibrate(cache if cache is not None else default_cache(), manifest.dim, params.hnsw_m,
+                              params.ef_construction)
+    n = sum(s.count for s in manifest.shards)
+    if params.shards_per_part is not None:
+        plan = plan_index(costs, index_type, n, params=replace(params, shards_per_part=None))
+        plan.params = params
+    else:
+        plan = require(plan_index(costs, index_type, n, memory_gb=memory_gb, params=params))
+    return plan, describe([plan], memory_gb, costs)
