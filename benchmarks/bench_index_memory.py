@@ -110,7 +110,8 @@ def main() -> None:
     parser.add_argument("--memory-gb", type=float, default=4.0)
     parser.add_argument("--dim", type=int, default=768)
     parser.add_argument("--ivfpq-vectors", type=int, default=2_000_000)
-    parser.add_argument("--flat-vectors", type=int, default=500_000)
+    parser.add_argument("--flat-vectors", default="500000",
+                        help="comma-separated sizes of flat builds (above the budget: sharded parts)")
     parser.add_argument("--hnsw-vectors", type=int, default=500_000)
     parser.add_argument("--nlist", type=int, default=1024, help="IVF cells of the IVF-PQ build")
     parser.add_argument("--train-size", type=int, default=40_960, help="IVF-PQ training sample")
@@ -122,22 +123,22 @@ def main() -> None:
     args = parser.parse_args()
 
     big = args.workdir / "emb-big"
-    small = args.workdir / "emb-small"
     started = time.perf_counter()
     write_embeddings(big, args.ivfpq_vectors, args.dim, seed=0)
-    linked_prefix(big, small, args.flat_vectors)
+    flat_sizes = [int(v) for v in args.flat_vectors.split(",")]
+    for size in flat_sizes:
+        linked_prefix(big, args.workdir / f"emb-{size}", size)
     linked_prefix(big, args.workdir / "emb-hnsw", args.hnsw_vectors)
     print(f"synthetic embeddings written in {time.perf_counter() - started:.0f}s", flush=True)
     costs = calibrate(args.dim)
     print(f"calibration: {costs}", flush=True)
     results = {"memory_gb": args.memory_gb, "dim": args.dim, "costs": asdict(costs),
                "load_before": os.getloadavg(), "builds": [], "projection_21M": {}}
-    jobs = {"flat": (small, args.flat_vectors, IndexParams()),
-            "ivfpq": (big, args.ivfpq_vectors, IndexParams(nlist=args.nlist, train_size=args.train_size)),
-            "hnsw": (args.workdir / "emb-hnsw", args.hnsw_vectors, IndexParams())}
+    jobs = {"flat": [(args.workdir / f"emb-{size}", size, IndexParams()) for size in flat_sizes],
+            "ivfpq": [(big, args.ivfpq_vectors, IndexParams(nlist=args.nlist, train_size=args.train_size))],
+            "hnsw": [(args.workdir / "emb-hnsw", args.hnsw_vectors, IndexParams())]}
     try:
-        for kind in args.types.split(","):
-            emb, n, base = jobs[kind]
+        for kind, (emb, n, base) in [(kind, job) for kind in args.types.split(",") for job in jobs[kind]]:
             plan = plan_index(costs, kind, n, memory_gb=args.memory_gb, params=base)  # type: ignore[arg-type]
             print(describe([plan], args.memory_gb, costs), flush=True)
             measured = run_build(emb, args.workdir / f"index-{kind}", kind, plan.params,
