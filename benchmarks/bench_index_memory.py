@@ -44,6 +44,7 @@ from pipelines.dense.index_planner import calibrate, describe, plan_index, synth
 from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
 
 SHARD = 50_000
+GIB = 1024**3
 
 CHILD = r"""
 import json, sys, time
@@ -105,6 +106,25 @@ def run_build(emb: Path, out: Path, kind: str, params: IndexParams, timeout: flo
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def replan(path: Path) -> None:
+    """Plans and ratios of an earlier run's builds from its stored costs, with this planner."""
+    from pipelines.dense.index_planner import CostModel
+
+    results = json.loads(path.read_text(encoding="utf-8"))
+    costs = CostModel(**results["costs"])
+    for row in results["builds"]:
+        params = IndexParams(**{**row["plan"]["params"], "max_part_vectors": None})
+        plan = plan_index(costs, row["type"], row["vectors"], memory_gb=results["memory_gb"], params=params)
+        measured = row["measured"]
+        if "peak_rss" in measured:
+            ratios = {"ram": measured["peak_rss"] / plan.build_ram_bytes, "disk": measured["disk"] / plan.disk_bytes,
+                      "time": measured["seconds"] / plan.build_seconds}
+            print(f"{row['type']:5} {row['vectors']:>9,} parts {plan.parts}: RAM planned {plan.build_ram_bytes / GIB:.2f} "
+                  f"GB, measured {measured['peak_rss'] / GIB:.2f} GB; disk {plan.disk_bytes / GIB:.3f} / "
+                  f"{measured['disk'] / GIB:.3f} GB; time {plan.build_seconds:.1f} / {measured['seconds']:.1f} s; "
+                  f"ratios " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memory-gb", type=float, default=4.0)
@@ -120,7 +140,12 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/odqa-bench-index"))
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "index_memory.json")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--replan", type=Path, default=None,
+                        help="recompute the plans and ratios of an earlier --out file (same measured costs)")
     args = parser.parse_args()
+    if args.replan is not None:
+        replan(args.replan)
+        return
 
     big = args.workdir / "emb-big"
     started = time.perf_counter()
@@ -138,7 +163,7 @@ def main() -> None:
             "ivfpq": [(big, args.ivfpq_vectors, IndexParams(nlist=args.nlist, train_size=args.train_size))],
             "hnsw": [(args.workdir / "emb-hnsw", args.hnsw_vectors, IndexParams())]}
     try:
-        for kind, (emb, n, base) in [(kind, job) for kind in args.types.split(",") for job in jobs[kind]]:
+        for kind, (emb, n, base) in [(t, job) for t in args.types.split(",") for job in jobs[t]]:
             plan = plan_index(costs, kind, n, memory_gb=args.memory_gb, params=base)  # type: ignore[arg-type]
             print(describe([plan], args.memory_gb, costs), flush=True)
             measured = run_build(emb, args.workdir / f"index-{kind}", kind, plan.params,

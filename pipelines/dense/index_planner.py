@@ -54,7 +54,7 @@ KMEANS_MAX_POINTS_PER_CENTROID = 256  # faiss subsamples k-means input above thi
 PQ_CENTROIDS = 256  # 2 ** pq_nbits for the default 8 bits
 ID_BYTES = 8  # IVF stores one int64 label per vector
 KMEANS_BLOCK_BYTES = 64 * 1024**2  # faiss assigns in 4096 x 1024 distance blocks (and a few copies)
-CALIBRATION_VERSION = 5
+CALIBRATION_VERSION = 6
 
 
 class PlanRefused(ValueError):
@@ -130,6 +130,24 @@ def _effective_train(params: IndexParams, num_vectors: int, nlist: int) -> int:
     return min(num_vectors, params.train_size, KMEANS_MAX_POINTS_PER_CENTROID * nlist)
 
 
+def grown_peak(n: int, block: int) -> int:
+    """Peak elements held while a vector grows to ``n`` by ``block``-sized appends.
+
+    faiss's storage and link arrays are std::vectors: when an append exceeds the capacity the
+    capacity doubles and the old contents are copied, so for a moment both copies exist. The
+    peak is the larger of the final size and twice the size at the last copy.
+    """
+    size = capacity = peak = 0
+    while size < n:
+        need = min(n, size + block)
+        if need > capacity:
+            peak = max(peak, 2 * size)
+            capacity = max(need, 2 * capacity)
+        size = need
+        peak = max(peak, size)
+    return peak
+
+
 def _hnsw_seconds(costs: CostModel, part: int) -> float:
     return max(costs.hnsw_seconds_a + costs.hnsw_seconds_b * math.log(max(part, 2)), 0.0) * part
 
@@ -147,8 +165,7 @@ def _estimate(costs: CostModel, index_type: IndexType, n: int, params: IndexPara
         return ram, disk, seconds, {}
     if index_type == "hnsw":
         per = costs.hnsw_bytes_per_vector * (params.hnsw_m / costs.hnsw_m if costs.hnsw_m else 1.0)
-        # faiss grows the vector storage by doubling: the last growth copies it, briefly twice.
-        ram = costs.base_rss_bytes + int(part * (per + (d + 1) * 4)) + 3 * block * (d + 1) * 4
+        ram = costs.base_rss_bytes + int(grown_peak(part, block) * per) + 2 * block * (d + 1) * 4
         disk = int(n * per)
         full, rest = divmod(n, part)
         seconds = full * _hnsw_seconds(costs, part) + _hnsw_seconds(costs, rest) + disk / costs.write_bytes_per_second
@@ -299,6 +316,9 @@ def _calibration_embeddings(folder: Path, vectors: np.ndarray) -> Path:
         manifest.shards.append(write_shard(folder, index, ids, rows))
     manifest.complete, manifest.num_passages = True, len(vectors)
     write_manifest(folder, manifest)
+    for path in folder.iterdir():  # read back from disk, as a corpus larger than the page cache is
+        with open(path, "rb") as handle:
+            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return folder
 
 
@@ -306,7 +326,7 @@ def calibrate(dim: int, hnsw_m: int = 64, ef_construction: int = 200, seed: int 
     """Measure this machine's per-vector build costs on synthetic vectors (a few seconds)."""
     vectors = synthetic_vectors(np.random.default_rng(seed), 24_000, dim)
     with tempfile.TemporaryDirectory(prefix="odqa-calibrate-") as tmp:
-        # A real flat build over real shards: reads, ids, index file and renames all counted.
+        # A real flat build over real shards, read from disk: reads, ids, index file, renames.
         embeddings = _calibration_embeddings(Path(tmp) / "embeddings", vectors)
         flat_seconds = _timed(lambda: build_index(embeddings, Path(tmp) / "flat", progress=False,
                                                   use_gpu=False)) / len(vectors)
