@@ -260,7 +260,7 @@ def open_model_index(ws: Workspace, ref: ModelRef, index_type: str, retriever=No
                                 f"odqa index build --model {ref.passage_name} --type {index_type}")  # fmt: skip
     passage_model = retriever if retriever is not None and ref.passage_path == ref.path else _load(ref.passage_path)
     return open_index(dense_dir(ws, ref.passage_key) / index_type, passage_model.config_fingerprint(),
-                      _corpus_fingerprint(ws))  # fmt: skip
+                      _corpus_fingerprint(ws), mmap=None)  # fmt: skip
 
 
 # --- dense and hybrid runs (registered in flows.retrieval.RETRIEVERS) -----------------------

@@ -444,7 +444,7 @@ def _load_retriever(path: str):
 def _dense_index(index_dir: str):
     from pipelines.dense.faiss_index import open_index
 
-    return open_index(Path(index_dir))
+    return open_index(Path(index_dir), mmap=None)  # budget-split indexes are searched memory-mapped
 
 
 def search_current(

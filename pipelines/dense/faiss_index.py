@@ -426,7 +426,7 @@ def open_index(
     expected_corpus_fp: str | None = None,
     *,
     use_gpu: bool | None = None,
-    mmap: bool = False,
+    mmap: bool | None = False,
     ef_search: int | None = None,
     nprobe: int | None = None,
 ) -> DenseIndex:
@@ -434,7 +434,8 @@ def open_index(
 
     ``mmap`` maps the index files instead of reading them (IVF lists and flat / HNSW vectors stay
     on disk and in the page cache, outside the process's memory: the way to search parts larger
-    than RAM); ``ef_search`` / ``nprobe`` override the stored search parameters.
+    than RAM); ``mmap=None`` maps exactly the indexes a memory budget split into parts
+    (``max_part_vectors``). ``ef_search`` / ``nprobe`` override the stored search parameters.
     """
     index_dir = Path(index_dir)
     meta = read_index_metadata(index_dir)
@@ -444,6 +445,8 @@ def open_index(
     if message:
         raise StaleIndexError(message)
     use_gpu = gpu_count() > 0 if use_gpu is None else use_gpu
+    if mmap is None:
+        mmap = meta.params.get("max_part_vectors") is not None
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
     parts = []
     for info in meta.parts:

@@ -2,7 +2,10 @@
 
 The peak-RSS test runs encode + index build in a fresh subprocess per corpus size (a process
 reads its own ``VmHWM``): under the same budget, a corpus eight times larger must not raise the
-peak, while the same build without a budget does (so the measurement can see growth).
+peak, while the same build without a budget does (so the measurement can see growth). The
+children run with a fixed glibc mmap threshold: the default dynamic one moves with the history
+of frees and adds up to ~40 MB of heap that does not follow the corpus size (a 400k-vector run
+peaked 37 MB above an 800k one), which would drown the signal.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def synthetic_embeddings(folder: Path, n: int, shard: int = 25_000) -> None:
 def peak_of_run(work: Path, passages: int, vectors: int, part: int | None) -> int:
     work.mkdir(parents=True)
     synthetic_embeddings(work / "vectors", vectors)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "MALLOC_MMAP_THRESHOLD_": str(MB)}
     done = subprocess.run([sys.executable, "-c", CHILD, str(Path(__file__).parent), str(work), str(passages),
                            json.dumps(part)], capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,8 +82,8 @@ def test_peak_rss_of_encode_and_build_does_not_grow_with_the_corpus(tmp_path: Pa
     small = peak_of_run(tmp_path / "small", 64, 50_000, part)
     large = peak_of_run(tmp_path / "large", 512, 400_000, part)
     unbounded = peak_of_run(tmp_path / "unbounded", 64, 400_000, None)
-    assert large - small < 40 * MB, (small / MB, large / MB)
-    assert unbounded - small > 80 * MB, (small / MB, unbounded / MB)  # 175 MB more vectors when held
+    assert large - small < 30 * MB, (small / MB, large / MB)
+    assert unbounded - small > 120 * MB, (small / MB, unbounded / MB)  # 175 MB more vectors when held
 
 
 def test_parts_sized_by_vectors_search_like_one_index(tmp_path: Path) -> None:
@@ -90,7 +94,7 @@ def test_parts_sized_by_vectors_search_like_one_index(tmp_path: Path) -> None:
                         progress=False, block_rows=5_000)
     assert len(one.parts) == 1 and [p.count for p in split.parts] == [17_000, 17_000, 17_000, 9_000]
     want = open_index(tmp_path / "one").search_rows(queries, 10)
-    got = open_index(tmp_path / "split", mmap=True).search_rows(queries, 10)
+    got = open_index(tmp_path / "split", mmap=None).search_rows(queries, 10)  # mapped: split by vectors
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
 
