@@ -198,16 +198,27 @@ def _index_params(index_type: str, hnsw_m: int | None, nlist: int | None, pq_m: 
     return IndexParams(hnsw_m=hnsw_m or defaults.hnsw_m, nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part)
 
 
+def planned_build(embeddings: Path, target: Path, index_type: str, params: Any, memory_gb: float | None) -> Any:
+    """Plan the build (logged, refused when the memory budget cannot hold it), then build with
+    the plan's parameters (parts sized to the budget). Returns the index metadata."""
+    from pipelines.dense.faiss_index import build_index
+    from pipelines.dense.index_planner import plan_embeddings
+
+    plan, text = plan_embeddings(embeddings, index_type, params, memory_gb)  # type: ignore[arg-type]
+    stage_logger().info("%s", text)
+    return build_index(embeddings, target, index_type=index_type, params=plan.params)  # type: ignore[arg-type]
+
+
 @task(name="dense-index-build")
-def index_task(workspace: str, model: str, index_type: str, params: dict[str, Any]) -> dict[str, Any]:
-    from pipelines.dense.faiss_index import IndexParams, build_index, read_index_metadata
+def index_task(workspace: str, model: str, index_type: str, params: dict[str, Any],
+               memory_gb: float | None = None) -> dict[str, Any]:  # fmt: skip
+    from pipelines.dense.faiss_index import IndexParams, read_index_metadata
 
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
     folder = dense_dir(ws, ref.passage_key)
     before = read_index_metadata(folder / index_type)
-    meta = build_index(folder / EMBEDDINGS, folder / index_type, index_type=index_type,  # type: ignore[arg-type]
-                       params=IndexParams(**params))  # fmt: skip
+    meta = planned_build(folder / EMBEDDINGS, folder / index_type, index_type, IndexParams(**params), memory_gb)
     noop = before is not None and before.to_json() == meta.to_json()
     return {"model": model, "index": str(folder / index_type), "type": index_type, "vectors": meta.num_vectors,
             "parts": len(meta.parts), "params": meta.params, "noop": noop}  # fmt: skip
@@ -225,15 +236,18 @@ def index_build_flow(
     batch_size: int = 128,
     precision: str = "auto",
     runner: RunnerSettings | None = None,
+    memory_gb: float | None = None,
 ) -> dict[str, Any]:
     """Build a FAISS index of the model's passage embeddings (encoding them first if needed,
-    on the runner if one is given: see `encode_flow`)."""
+    on the runner if one is given: see `encode_flow`). The build plan (RAM, disk, time) is
+    logged first; with `memory_gb` the index is split into parts that each fit the budget, or
+    the build is refused when none can."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     params = _index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
     with flow_run_logs():
         encoded = _encode(ws, model, 50_000, batch_size, "float32", precision, runner)
-        report = index_task(str(ws.root), model, index_type, asdict(params))
+        report = index_task(str(ws.root), model, index_type, asdict(params), memory_gb)
     report["noop"] = bool(report["noop"] and encoded["noop"])
     log.info("index build %s: %s", model, report)
     return report
@@ -249,7 +263,7 @@ def open_model_index(ws: Workspace, ref: ModelRef, index_type: str, retriever=No
                                 f"odqa index build --model {ref.passage_name} --type {index_type}")  # fmt: skip
     passage_model = retriever if retriever is not None and ref.passage_path == ref.path else _load(ref.passage_path)
     return open_index(dense_dir(ws, ref.passage_key) / index_type, passage_model.config_fingerprint(),
-                      _corpus_fingerprint(ws))  # fmt: skip
+                      _corpus_fingerprint(ws), mmap=None)  # fmt: skip
 
 
 # --- indexes the verbs need -----------------------------------------------------------------

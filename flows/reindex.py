@@ -17,6 +17,16 @@ afterwards from the new one; it never sees a half-built index. The previous rele
 figures (passages, documents, vectors, build times) are rows of the `metrics` table under the
 run name `reindex:<release>`.
 
+Re-indexes are incremental. A new dump is diffed page by page against the previous ingest (page
+id + content hash, kept in `indexes/reindex/pages.parquet`): only new and changed pages are
+cleaned again, the rows of unchanged ones are copied, removed ones disappear
+(`pipelines.wikipedia.page_diff`). Encoding then reuses the vectors of every passage whose id,
+title and text the current release already encoded with the same model
+(`pipelines.dense.passage_diff`), so only new and changed passages are encoded. BM25 and FAISS
+are rebuilt from the passages and from reused + new vectors; the release is the one a full
+rebuild gives (same ids in the same order, vectors up to float rounding). The counts (pages
+re-cleaned / reused / removed, passages re-encoded / reused / removed) are figures of the run.
+
 Two re-indexes never overlap: a workspace file lock (`indexes/.reindex.lock`) is taken for the
 whole run; a second one waits up to `wait_seconds` and is then refused with a message that says
 which run holds the lock since when.
@@ -32,6 +42,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,12 +54,16 @@ from prefect import flow, task
 from flows.runtime import stage_logger
 from flows.task_runners import RunnerSettings, mapping_runner
 from storage import Workspace
+from storage.fingerprint import fingerprint
 from storage.snapshot import atomic_write_text
 
 RELEASES_DIR = "releases"
 POINTER_FILE = "current.json"
 LOCK_FILE = ".reindex.lock"
 RELEASE_FILE = "release.json"
+PAGES_DIR = "reindex"  # under indexes/: the page hashes of the last dump ingested by a re-index
+PAGES_FILE = "pages.parquet"
+PAGES_META = "pages.json"
 PASSAGE_COLUMNS = ["passage_id", "title", "text"]
 
 
@@ -146,6 +161,77 @@ def production_model(ws: Workspace, model: str | None) -> str:
     raise ValueError("no production model: pass `model` (a model id, Hugging Face name or folder)")
 
 
+# --- incremental ingest -----------------------------------------------------------------------
+
+
+def _pages_dir(ws: Workspace) -> Path:
+    return ws.indexes_dir / PAGES_DIR
+
+
+def _previous_pages(ws: Workspace, options_fp: str) -> Any:
+    """The page hashes of the ingest that made the current tables, or None when they do not
+    describe them (another ingest ran since, other options, none yet): then every page is cleaned."""
+    from pipelines.wikipedia.page_diff import PageHashes
+
+    meta_path, pages_path = _pages_dir(ws) / PAGES_META, _pages_dir(ws) / PAGES_FILE
+    if not meta_path.is_file() or not pages_path.is_file() or ws.rows("passages") == 0:
+        return None
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("passages_version") != ws.table_version("passages") or meta.get("options") != options_fp:
+        return None
+    return PageHashes.read(pages_path)
+
+
+def ingest_dump_incremental(ws: Workspace, dump: Path, words_per_passage: int = 100) -> dict[str, Any]:
+    """The Wikipedia ingest stage (same stage, fingerprint and rows as `odqa ingest wikipedia`),
+    cleaning only the pages that changed since the previous re-index's dump."""
+    from flows.wikipedia import STAGE, dump_fingerprint, ingest_dump
+    from pipelines.wikipedia.ingest import IngestOptions, iter_raw_chunks
+    from pipelines.wikipedia.page_diff import (
+        DiffCounts,
+        PageHashes,
+        PageHashWriter,
+        PreviousRows,
+        diff_chunks,
+    )
+    from storage.tables import table_dataset
+
+    options = IngestOptions(words_per_passage=words_per_passage)
+    options_fp = fingerprint({k: v for k, v in asdict(options).items() if k != "workers"})
+    stage_fp = dump_fingerprint(dump, options)
+    if ws.stage_is_current(STAGE, stage_fp):
+        record = ws.stage_record(STAGE)
+        return {**(record.report if record else {}), "noop": True}
+    previous = _previous_pages(ws, options_fp)
+    old = None
+    if previous is not None:
+        snapshot = ws.snapshot()
+        old = PreviousRows(*(table_dataset(ws.root, snapshot, t) for t in ("articles", "passages", "category_links")))
+    counts = DiffCounts()
+    writer = PageHashWriter(_pages_dir(ws) / PAGES_FILE)
+
+    def chunks(start: int):
+        raw = iter_raw_chunks(dump, options, start_chunk=start)
+        return diff_chunks(raw, options, previous or PageHashes.empty(), old, counts, writer if start == 0 else None)
+
+    try:
+        report = ingest_dump(ws, dump, options, stage_fp, chunks=chunks)
+    except BaseException:
+        writer.abort()
+        raise
+    if report.get("resumed_chunks"):  # the hashes miss the chunks an earlier attempt wrote
+        writer.abort()
+        (_pages_dir(ws) / PAGES_META).unlink(missing_ok=True)
+    else:
+        writer.commit()
+        atomic_write_text(_pages_dir(ws) / PAGES_META, json.dumps(
+            {"passages_version": ws.table_version("passages"), "options": options_fp, "dump": str(dump)}))
+    report.update({"pages_recleaned": counts.recleaned, "pages_reused": counts.reused,
+                   "pages_removed": counts.removed(previous) if previous is not None else 0,
+                   "incremental": previous is not None})  # fmt: skip
+    return {**report, "noop": False}
+
+
 # --- building a release -----------------------------------------------------------------------
 
 
@@ -165,34 +251,51 @@ def build_bm25_task(workspace: str, target: str, passages_version: str, threads:
 
 @task(name="reindex-encode", tags=["gpu"])
 def encode_task(workspace: str, model: str, target: str, passages_version: str, batch_size: int,
-                shard_size: int) -> dict[str, Any]:  # fmt: skip
+                shard_size: int, previous: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Encode the release's passages, reusing the vectors of `previous` (the current release's
+    embeddings) for passages it holds unchanged, encoded by the same model."""
     from flows.dense import resolve_model
-    from pipelines.dense.sharded_encoding import default_devices, encode_corpus
+    from pipelines.dense.passage_diff import VectorReuse, write_keys
+    from pipelines.dense.sharded_encoding import default_devices, encode_corpus, wanted_manifest
 
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
     started = time.perf_counter()
     retriever = _load_retriever(ref.passage_path)
+    devices = default_devices()
+    reuse = VectorReuse.open(previous, wanted_manifest(retriever, passages_version, shard_size, batch_size, "float32",
+                                                       "auto", devices))  # fmt: skip
     result = encode_corpus(retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096), Path(target),
                            corpus_fingerprint=passages_version, shard_size=shard_size, batch_size=batch_size,
-                           devices=default_devices(), total=ws.rows("passages"))  # fmt: skip
+                           devices=devices, total=ws.rows("passages"), reuse=reuse)  # fmt: skip
+    write_keys(target, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
     seconds = time.perf_counter() - started
     passages = result.manifest.num_passages
-    return {"encoded_passages": passages, "encode_seconds": round(seconds, 3),
-            "passages_per_second": round(passages / seconds, 1) if seconds else None,
-            "model_fingerprint": retriever.config_fingerprint()}  # fmt: skip
+    figures = {"encoded_passages": passages, "encode_seconds": round(seconds, 3),
+               "passages_per_second": round(passages / seconds, 1) if seconds else None,
+               "reencoded_passages": result.encoded_passages - result.reused_passages,
+               "reused_passages": result.reused_passages, "removed_passages": 0,
+               "model_fingerprint": retriever.config_fingerprint()}  # fmt: skip
+    if reuse is not None:
+        from pipelines.dense.sharded_encoding import EncodedCorpus
+
+        kept = reuse.ids_kept(EncodedCorpus(target).ids())
+        figures["removed_passages"] = reuse.previous_count() - kept
+    return figures
 
 
 def _encode_release(ws: Workspace, model: str, target: str, passages_version: str, batch_size: int, shard_size: int,
-                    runner: RunnerSettings | None) -> dict[str, Any]:  # fmt: skip
-    """The release's embeddings: in process (`encode_task`), or one mapped task per shard on the
-    runner (or the Dask cluster of `$ODQA_DASK_ADDRESS`); the same vectors either way."""
+                    runner: RunnerSettings | None, previous: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The release's embeddings: in process (`encode_task`, reusing `previous` vectors), or one
+    mapped task per shard on the runner (or the Dask cluster of `$ODQA_DASK_ADDRESS`), which
+    encodes every passage; the same vectors either way."""
     from flows.dense_parallel import encode_on_runner
+    from pipelines.dense.passage_diff import write_keys
     from pipelines.dense.sharded_encoding import read_manifest
 
     runner = mapping_runner(runner)
     if runner is None:
-        return encode_task(str(ws.root), model, target, passages_version, batch_size, shard_size)
+        return encode_task(str(ws.root), model, target, passages_version, batch_size, shard_size, previous)
     started = time.perf_counter()
     report = encode_on_runner(runner, model=model, workspace=str(ws.root), shard_size=shard_size,
                               batch_size=batch_size, out_dir=target)  # fmt: skip
@@ -200,6 +303,7 @@ def _encode_release(ws: Workspace, model: str, target: str, passages_version: st
     manifest = read_manifest(target)
     if manifest is None or manifest.corpus_fingerprint != passages_version:
         raise RuntimeError(f"the passages changed while re-indexing (expected snapshot {passages_version}); run it again")
+    write_keys(target, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
     passages = report["passages"]
     return {"encoded_passages": passages, "encode_seconds": round(seconds, 3),
             "passages_per_second": round(passages / seconds, 1) if seconds else None,
@@ -207,12 +311,14 @@ def _encode_release(ws: Workspace, model: str, target: str, passages_version: st
 
 
 @task(name="reindex-faiss", tags=["gpu"])
-def build_faiss_task(embeddings: str, target: str, index_type: str) -> dict[str, Any]:
-    from pipelines.dense.faiss_index import build_index
+def build_faiss_task(embeddings: str, target: str, index_type: str, memory_gb: float | None = None) -> dict[str, Any]:
+    """The release's FAISS index, planned first (logged; parts sized to `memory_gb`)."""
+    from flows.dense import planned_build
 
     started = time.perf_counter()
-    meta = build_index(Path(embeddings), Path(target), index_type=index_type)  # type: ignore[arg-type]
-    return {"dense_vectors": meta.num_vectors, "faiss_seconds": round(time.perf_counter() - started, 3)}
+    meta = planned_build(Path(embeddings), Path(target), index_type, None, memory_gb)
+    return {"dense_vectors": meta.num_vectors, "faiss_seconds": round(time.perf_counter() - started, 3),
+            "faiss_parts": len(meta.parts)}  # fmt: skip
 
 
 def _metric_rows(release: str, figures: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -239,11 +345,14 @@ def reindex_flow(
     batch_size: int = 64,
     shard_size: int = 50_000,
     runner: RunnerSettings | None = None,
+    memory_gb: float | None = None,
 ) -> dict[str, Any]:
     """Ingest a new dump or passages delta, build BM25 + FAISS side by side, switch `current`.
 
-    The passages are encoded in process, or with a runner (or `$ODQA_DASK_ADDRESS`) one task per
-    shard on it (see `flows.dense.encode_flow`)."""
+    Incremental (see the module doc): only changed pages are cleaned and only new or changed
+    passages encoded. The passages are encoded in process, or with a runner (or
+    `$ODQA_DASK_ADDRESS`) one task per shard on it (see `flows.dense.encode_flow`), which
+    encodes all of them. `memory_gb` bounds the FAISS build (see `odqa index plan`)."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     if not (bm25 or dense):
@@ -256,7 +365,10 @@ def reindex_flow(
         if dump:
             from flows.wikipedia import ingest_wikipedia_flow
 
-            ingested["dump"] = ingest_wikipedia_flow(dump=dump, workspace=str(ws.root))
+            if Path(dump).expanduser().is_file():
+                ingested["dump"] = ingest_dump_incremental(ws, Path(dump).expanduser().resolve())
+            else:
+                ingested["dump"] = ingest_wikipedia_flow(dump=dump, workspace=str(ws.root))  # its error message
         if passages:
             from flows.passages import import_passages_flow
 
@@ -275,14 +387,21 @@ def reindex_flow(
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir(parents=True)
         figures: dict[str, Any] = {"passages": ws.rows("passages")}
+        for name in ("pages_recleaned", "pages_reused", "pages_removed"):
+            if name in ingested.get("dump", {}):
+                figures[name] = ingested["dump"][name]
+        previous = None
+        if current and current.get("model") == chosen and current.get("index_type"):
+            previous = str(releases_dir(ws) / current["release"] / "embeddings")
         try:
             if bm25:
                 figures.update(build_bm25_task(str(ws.root), str(building / "bm25"), version,
                                                threads or os.cpu_count() or 1))  # fmt: skip
             if dense:
                 figures.update(_encode_release(ws, chosen, str(building / "embeddings"), version, batch_size,
-                                               shard_size, runner))  # fmt: skip
-                figures.update(build_faiss_task(str(building / "embeddings"), str(building / index_type), index_type))
+                                               shard_size, runner, previous))  # fmt: skip
+                figures.update(build_faiss_task(str(building / "embeddings"), str(building / index_type), index_type,
+                                                memory_gb))  # fmt: skip
             record = {"release": release, "passages_version": version, "model": chosen, "bm25": bm25,
                       "index_type": index_type if dense else None,
                       "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **figures}  # fmt: skip
@@ -325,7 +444,7 @@ def _load_retriever(path: str):
 def _dense_index(index_dir: str):
     from pipelines.dense.faiss_index import open_index
 
-    return open_index(Path(index_dir))
+    return open_index(Path(index_dir), mmap=None)  # budget-split indexes are searched memory-mapped
 
 
 def search_current(

@@ -10,9 +10,14 @@ Three index types, all answering maximum inner product search (MIPS) with inner-
 * ``ivfpq``: ``IndexIVFPQ`` with inner-product metric, trained on a random sample; product
   quantization keeps 21M passages in a few GB, for corpora whose float vectors do not fit.
 
-An index is built shard by shard from the encoder's shards and may itself be split into parts
-(one FAISS index per group of encoding shards, ``shards_per_part``); a search asks every part
-and merges the per-part top-k, which is exact because every part returns inner products.
+An index is built in blocks read from the encoder's shards (plain file reads, one block held at
+a time), so a build holds the index being built, one block and, for IVF-PQ, the training sample:
+never the corpus. An index may itself be split into parts (one FAISS index per group of encoding
+shards, ``shards_per_part``, or per ``max_part_vectors`` vectors, which is how the planner in
+``index_planner`` keeps each part within a memory budget); a search asks every part and merges
+the per-part top-k, which is exact because every part returns inner products. Parts larger than
+RAM are searched memory-mapped (``open_index(mmap=True)``: flat codes and IVF lists stay on disk
+and in the page cache, not in the process).
 FAISS GPUs are used when faiss-gpu is installed and sees a GPU: k-means training of IVF
 centroids and flat search (HNSW has no GPU implementation).
 
@@ -37,15 +42,16 @@ import faiss
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from pipelines.dense.sharded_encoding import EncodedCorpus
+from pipelines.progress import progress as progress_bar
 
 IndexType = Literal["flat", "hnsw", "ivfpq"]
 INDEX_TYPES: tuple[IndexType, ...] = ("flat", "hnsw", "ivfpq")
 META_NAME = "index.json"
 IDS_NAME = "ids.parquet"
 FORMAT_VERSION = 1
+BLOCK_ROWS = 16_384  # vectors read and added per step of a build (48 MB at 768 dimensions)
 
 
 class StaleIndexError(RuntimeError):
@@ -66,6 +72,7 @@ class IndexParams:
     nprobe: int = 32
     train_size: int = 262_144  # IVF-PQ training sample (vectors)
     shards_per_part: int | None = None  # None: one FAISS index for the whole corpus
+    max_part_vectors: int | None = None  # parts of at most this many vectors (set by the planner)
     seed: int = 1234
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +159,22 @@ def _augment(vectors: np.ndarray, phi: float) -> np.ndarray:
     return np.hstack([vectors, extra[:, None]])
 
 
+def part_bounds(shard_counts: Sequence[int], shards_per_part: int | None, max_part_vectors: int | None
+                ) -> list[tuple[int, int]]:
+    """Global row ranges ``[start, stop)`` of the index parts, in corpus order."""
+    if shards_per_part is not None and max_part_vectors is not None:
+        raise ValueError("give shards_per_part or max_part_vectors, not both")
+    total = int(sum(shard_counts))
+    if max_part_vectors is not None:
+        if max_part_vectors < 1:
+            raise ValueError(f"max_part_vectors must be positive, got {max_part_vectors}")
+        return [(lo, min(lo + max_part_vectors, total)) for lo in range(0, total, max_part_vectors)] or [(0, 0)]
+    group = shards_per_part or max(1, len(shard_counts))
+    ends = np.cumsum([0, *shard_counts])
+    return [(int(ends[i]), int(ends[min(i + group, len(shard_counts))])) for i in range(0, len(shard_counts), group)] \
+        or [(0, 0)]
+
+
 def _train_ivfpq(index: faiss.IndexIVFPQ, corpus: EncodedCorpus, params: IndexParams, use_gpu: bool) -> None:
     n = len(corpus)
     needed = max(index.nlist, 2 ** params.pq_nbits)
@@ -179,14 +202,39 @@ def _write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _max_sq_norm(corpus: EncodedCorpus) -> float:
+def _max_sq_norm(corpus: EncodedCorpus, block_rows: int) -> float:
     phi = 0.0
-    for shard in corpus.iter_shards():
-        for start in range(0, shard.info.count, 65536):
-            block = np.asarray(shard.vectors[start:start + 65536], dtype=np.float32)
-            if len(block):
-                phi = max(phi, float(np.einsum("ij,ij->i", block, block).max()))
+    for _, block in corpus.iter_blocks(block_rows):
+        if len(block):
+            phi = max(phi, float(np.einsum("ij,ij->i", block, block).max()))
     return phi
+
+
+def _flat_part(corpus: EncodedCorpus, lo: int, hi: int, block_rows: int, bar) -> faiss.IndexFlatIP:
+    """A flat index of rows ``[lo, hi)`` with its storage sized once and filled block by block.
+
+    ``IndexFlat.add`` grows its storage vector by doubling, which copies it and briefly holds
+    twice the index; sizing it up front keeps the peak at one index plus one block.
+    """
+    dim = corpus.manifest.dim
+    index = faiss.IndexFlatIP(dim)
+    index.codes.resize((hi - lo) * dim * 4)
+    view = faiss.rev_swig_ptr(index.codes.data(), (hi - lo) * dim * 4).view(np.float32).reshape(hi - lo, dim)
+    for first, block in corpus.iter_blocks(block_rows, lo, hi):
+        view[first - lo:first - lo + len(block)] = block
+        bar.update(len(block))
+    index.ntotal = hi - lo
+    return index
+
+
+def _write_ids(corpus: EncodedCorpus, path: Path) -> None:
+    """All passage ids in row order, written shard by shard (never all held at once)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with pq.ParquetWriter(tmp, pa.schema([("passage_id", pa.string())])) as writer:
+        for info in corpus.manifest.shards:
+            ids = pq.read_table(corpus.dir / info.ids_file).column("passage_id").cast(pa.string())
+            writer.write_table(pa.table({"passage_id": ids}))
+    os.replace(tmp, path)
 
 
 def build_index(
@@ -197,12 +245,15 @@ def build_index(
     params: IndexParams | None = None,
     use_gpu: bool | None = None,
     progress: bool | None = None,
+    block_rows: int = BLOCK_ROWS,
 ) -> IndexMetadata:
     """Build a FAISS index of ``index_type`` from a complete embeddings directory.
 
     A no-op when ``index_dir`` already holds an index of the same type and parameters for the
     same model and corpus. The new index is assembled in a sibling temporary directory and moved
     into place at the end, so a killed build leaves the previous index (or nothing) in place.
+    Memory: one part being built (see ``index_planner`` for its size), one block of
+    ``block_rows`` vectors and, for IVF-PQ, the training sample (``params.train_size``).
     """
     if index_type not in INDEX_TYPES:
         raise ValueError(f"index type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -230,27 +281,22 @@ def build_index(
     if index_type == "ivfpq":
         _train_ivfpq(template, corpus, params, use_gpu)
     if index_type == "hnsw":
-        meta.phi = _max_sq_norm(corpus)
-    group = params.shards_per_part or max(1, len(manifest.shards))
-    bar = tqdm(total=len(corpus), unit="vec", unit_scale=True, desc=f"index {index_type}",
-               disable=None if progress is None else not progress)
-    offset = 0
-    part_index, current, part_offset = 0, None, 0
-    for position, shard in enumerate(corpus.iter_shards()):
-        if current is None:
-            current, part_offset = faiss.clone_index(template), offset
-        for start in range(0, shard.info.count, 65536):
-            block = np.ascontiguousarray(shard.vectors[start:start + 65536], dtype=np.float32)
-            current.add(_augment(block, meta.phi) if index_type == "hnsw" else block)
-            bar.update(len(block))
-        offset += shard.info.count
-        if (position + 1) % group == 0 or position == len(manifest.shards) - 1:
+        meta.phi = _max_sq_norm(corpus, block_rows)
+    bounds = part_bounds([s.count for s in manifest.shards], params.shards_per_part, params.max_part_vectors)
+    with progress_bar(len(corpus), f"index {index_type}", "vec", enabled=progress is not False) as bar:
+        for part_index, (lo, hi) in enumerate(bounds):
+            if index_type == "flat":
+                current = _flat_part(corpus, lo, hi, block_rows, bar)
+            else:
+                current = faiss.clone_index(template)
+                for _, block in corpus.iter_blocks(block_rows, lo, hi):
+                    current.add(_augment(block, meta.phi) if index_type == "hnsw" else block)
+                    bar.update(len(block))
             name = f"part-{part_index:03d}.faiss"
             _write_faiss(current, building / name)
-            meta.parts.append(IndexPart(name, part_offset, offset - part_offset))
-            part_index, current = part_index + 1, None
-    bar.close()
-    pq.write_table(pa.table({"passage_id": corpus.ids()}), building / IDS_NAME)
+            del current
+            meta.parts.append(IndexPart(name, lo, hi - lo))
+    _write_ids(corpus, building / IDS_NAME)
     _write_text(building / META_NAME, meta.to_json())
     retired = index_dir.with_name(index_dir.name + ".old")
     shutil.rmtree(retired, ignore_errors=True)
@@ -380,14 +426,16 @@ def open_index(
     expected_corpus_fp: str | None = None,
     *,
     use_gpu: bool | None = None,
-    mmap: bool = False,
+    mmap: bool | None = False,
     ef_search: int | None = None,
     nprobe: int | None = None,
 ) -> DenseIndex:
     """Load an index for searching; ``StaleIndexError`` when the fingerprints differ.
 
-    ``mmap`` maps the index files instead of reading them (IVF lists and flat codes stay on disk
-    until touched); ``ef_search`` / ``nprobe`` override the stored search parameters.
+    ``mmap`` maps the index files instead of reading them (IVF lists and flat / HNSW vectors stay
+    on disk and in the page cache, outside the process's memory: the way to search parts larger
+    than RAM); ``mmap=None`` maps exactly the indexes a memory budget split into parts
+    (``max_part_vectors``). ``ef_search`` / ``nprobe`` override the stored search parameters.
     """
     index_dir = Path(index_dir)
     meta = read_index_metadata(index_dir)
@@ -397,7 +445,9 @@ def open_index(
     if message:
         raise StaleIndexError(message)
     use_gpu = gpu_count() > 0 if use_gpu is None else use_gpu
-    flags = faiss.IO_FLAG_MMAP if mmap else 0
+    if mmap is None:
+        mmap = meta.params.get("max_part_vectors") is not None
+    flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
     parts = []
     for info in meta.parts:
         index = faiss.read_index(str(index_dir / info.file), flags)

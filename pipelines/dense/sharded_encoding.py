@@ -41,9 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from tqdm.auto import tqdm
 
 from pipelines.dense.retriever_protocol import DenseRetriever
+from pipelines.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +102,17 @@ class EncodingManifest:
 @dataclass(frozen=True)
 class EncodingResult:
     manifest: EncodingManifest
-    encoded_passages: int  # encoded by this call (0 when skipped)
+    encoded_passages: int  # written by this call, encoded or reused (0 when skipped)
     skipped: bool  # the directory was already complete for this model and corpus
     restart_reason: str | None  # why earlier shards were discarded, if they were
+    reused_passages: int = 0  # of encoded_passages, copied from a previous encoding (``reuse``)
+
+
+class VectorSource(Protocol):
+    """Vectors of passages encoded before (``pipelines.dense.passage_diff.VectorReuse``)."""
+
+    def take(self, ids: Sequence[str], titles: Sequence[str], texts: Sequence[str]
+             ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 def read_manifest(out_dir: Path | str) -> EncodingManifest | None:
@@ -476,6 +484,7 @@ def encode_corpus(
     precision: Precision = "auto",
     total: int | None = None,
     progress: bool | None = None,
+    reuse: VectorSource | None = None,
 ) -> EncodingResult:
     """Encode the passages of ``batches`` (columns passage_id, title, text) into ``out_dir``.
 
@@ -485,7 +494,10 @@ def encode_corpus(
     ``retriever_factory`` (a picklable callable, e.g. ``functools.partial(load_retriever, path)``).
     ``precision`` is the compute precision (see ``resolve_precision``); the manifest records it
     and a change starts over. ``total`` (number of passages, if known) only sizes the progress
-    bar; ``progress=None`` shows it when stderr is a terminal.
+    report (``pipelines.progress``: a bar on a terminal, log records off it); ``progress=False``
+    silences it. ``reuse`` hands over the vectors of passages encoded before (same model, same
+    text): only the others are encoded, and the shards are those a full encoding writes. It
+    applies to the single-device path; with several devices everything is encoded.
     """
     out_dir = Path(out_dir)
     devices = list(devices) if devices is not None else default_devices()
@@ -495,24 +507,24 @@ def encode_corpus(
         log.info("%s: embeddings complete for this model and corpus; nothing to encode", out_dir)
         return EncodingResult(manifest, 0, True, None)
     done = {info.index: info for info in manifest.shards}
-    bar = tqdm(total=total, unit="psg", unit_scale=True, desc="encode", smoothing=0.05,
-               disable=None if progress is None else not progress)
-    try:
+    if len(devices) > 1 and retriever_factory is None:
+        raise ValueError("several devices need retriever_factory so each worker loads its own copy")
+    reused = 0
+    with progress_bar(total, "encode", "psg", enabled=progress is not False) as bar:
         if len(devices) > 1:
-            if retriever_factory is None:
-                raise ValueError("several devices need retriever_factory so each worker loads its own copy")
+            if reuse is not None:
+                log.warning("%s: vector reuse applies to one device; encoding every passage on %d", out_dir,
+                            len(devices))
             encoded = _encode_multiprocess(manifest, done, batches, out_dir, devices, retriever_factory,
                                            batch_size, bar)
         else:
-            encoded = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
-                                         batch_size, bar)
-    finally:
-        bar.close()
+            encoded, reused = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
+                                                 batch_size, bar, reuse)
     manifest.shards.sort(key=lambda s: s.index)
     manifest.num_passages = sum(s.count for s in manifest.shards)
     manifest.complete = True
     write_manifest(out_dir, manifest)
-    return EncodingResult(manifest, encoded, False, restart_reason)
+    return EncodingResult(manifest, encoded, False, restart_reason, reused)
 
 
 def record_shard(out_dir: Path, manifest: EncodingManifest, info: ShardInfo) -> None:
@@ -551,16 +563,38 @@ def _tokenized_ahead(retriever: object, work: Iterable[tuple]) -> Iterator[tuple
             yield pending[0], pending[1].result()
 
 
-def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batch_size, bar) -> int:
-    encoded = 0
-    work = ((index, *shard_columns(shard)) for index, shard in iter_corpus_shards(batches, manifest.shard_size)
-            if not _skip_finished(out_dir, done, index, shard, bar))
-    for (index, ids, titles, texts), tokens in _tokenized_ahead(retriever, work):
-        vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
-                               precision=manifest.precision, on_batch=bar.update, tokens=tokens)
+def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batch_size, bar,
+                       reuse: VectorSource | None = None) -> tuple[int, int]:
+    """(passages written, of which reused): each shard's reusable vectors are looked up first,
+    and only the rest is tokenized and encoded."""
+    encoded = reused = 0
+
+    def work() -> Iterator[tuple]:
+        for index, shard in iter_corpus_shards(batches, manifest.shard_size):
+            if _skip_finished(out_dir, done, index, shard, bar):
+                continue
+            ids, titles, texts = shard_columns(shard)
+            if reuse is None:
+                yield index, ids, titles, texts, None, None
+                continue
+            found, old = reuse.take(ids.to_pylist(), titles, texts)
+            todo = np.flatnonzero(~found)
+            yield index, ids, [titles[i] for i in todo], [texts[i] for i in todo], found, old
+
+    for (index, ids, titles, texts, found, old), tokens in _tokenized_ahead(retriever, work()):
+        fresh = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
+                             precision=manifest.precision, on_batch=bar.update, tokens=tokens) if texts else \
+            np.zeros((0, manifest.dim), np.float32)
+        if found is None:
+            vectors = fresh
+        else:
+            vectors = np.empty((len(ids), manifest.dim), dtype=np.float32)
+            vectors[found], vectors[~found] = old, fresh
+            reused += int(found.sum())
+            bar.update(int(found.sum()))
         record_shard(out_dir, manifest, write_shard(out_dir, index, ids, as_storage(vectors, manifest.dtype)))
         encoded += len(ids)
-    return encoded
+    return encoded, reused
 
 
 def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision, dtype) -> None:
@@ -686,6 +720,41 @@ class EncodedCorpus:
         if not chunks:
             return pa.array([], type=pa.string())
         return pa.chunked_array([c for chunk in chunks for c in chunk.chunks]).combine_chunks()
+
+    def iter_blocks(self, rows_per_block: int, start: int = 0, stop: int | None = None
+                    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first global row, float32 block)`` over rows ``[start, stop)``, at most
+        ``rows_per_block`` rows each, never crossing a shard.
+
+        Read with plain file reads rather than through a memory map: pages touched through a map
+        stay in the process's resident set until it is unmapped, so a build reading a 60 GB
+        directory that way shows a resident set of the whole shard it is on; here a block is
+        the only copy held.
+        """
+        stop = len(self) if stop is None else stop
+        if rows_per_block < 1 or not 0 <= start <= stop <= len(self):
+            raise ValueError(f"bad block request: rows {start}..{stop} of {len(self)}, {rows_per_block} per block")
+        dim = self.manifest.dim
+        for position, info in enumerate(self.manifest.shards):
+            lo, hi = int(self.offsets[position]), int(self.offsets[position + 1])
+            if hi <= start or lo >= stop:
+                continue
+            path = self.dir / info.vectors_file
+            header = np.load(path, mmap_mode="r")
+            if header.shape != (info.count, dim):
+                raise ValueError(f"{path}: shape {header.shape}, manifest says {info.count} x {dim}")
+            dtype, data_offset = header.dtype, header.offset
+            del header
+            with open(path, "rb") as handle:
+                first = max(start, lo)
+                while first < min(stop, hi):
+                    count = min(rows_per_block, min(stop, hi) - first)
+                    handle.seek(data_offset + (first - lo) * dim * dtype.itemsize)
+                    block = np.fromfile(handle, dtype=dtype, count=count * dim)
+                    if block.size != count * dim:
+                        raise ValueError(f"{path}: truncated at row {first - lo}")
+                    yield first, block.reshape(count, dim).astype(np.float32, copy=False)
+                    first += count
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """float32 vectors of the given global rows (any order, any shape), read from the mmaps."""

@@ -100,3 +100,82 @@ def test_a_second_reindex_is_refused_while_one_runs(prefect_harness, tmp_path: P
     # released: the next run gets the lock (and fails later, on the empty workspace)
     with pytest.raises(ValueError, match="passages table is empty"):
         reindex_flow(workspace=str(ws.root), model="unused")
+
+
+def _edited_dump(source: Path, target: Path, edit: list[int], remove: int, add_from: int, new_id: int) -> None:
+    """A copy of the sample dump with pages `edit` changed, page `remove` gone and a new page
+    `new_id` (a renamed, reworded copy of page `add_from`)."""
+    import re
+
+    xml = source.read_text(encoding="utf-8")
+    pages = {int(re.search(r"<id>(\d+)</id>", m.group(0)).group(1)): m.group(0)
+             for m in re.finditer(r"  <page>.*?</page>\n", xml, flags=re.S)}
+    for page_id in edit:
+        xml = xml.replace(pages[page_id], pages[page_id].replace(
+            'xml:space="preserve">', f'xml:space="preserve">In {page_id} the archive gained a revised chapter on '
+            "regional history.\n\n", 1))
+    xml = xml.replace(pages[remove], "")
+    added = re.sub(r"<id>\d+</id>", f"<id>{new_id}</id>", pages[add_from], count=1)
+    added = re.sub(r"<title>(.*?)</title>", r"<title>\1 (second edition)</title>", added, count=1)
+    added = added.replace("</text>", " This edition adds a long appendix on the northern provinces.</text>", 1)
+    xml = xml.replace("</mediawiki>", added + "</mediawiki>")
+    target.write_text(xml, encoding="utf-8")
+
+
+@pytest.mark.e2e
+def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Path, java) -> None:
+    import numpy as np
+
+    from flows.reindex import current_release, reindex_flow, releases_dir, search_current
+    from pipelines.dense.sharded_encoding import EncodedCorpus
+    from storage import Workspace
+
+    plain = SAMPLE_DUMP.with_suffix("")  # the uncompressed sample, same pages
+    first_ws, full_ws = Workspace.resolve(tmp_path / "incremental"), Workspace.resolve(tmp_path / "full")
+    first = reindex_flow(workspace=str(first_ws.root), dump=str(plain), model=_minilm())
+    assert first["reencoded_passages"] == first["passages"] and first["reused_passages"] == 0
+
+    by_article = first_ws.sql("SELECT article_id, count(*) AS n FROM passages GROUP BY article_id "
+                              "ORDER BY article_id").to_pylist()
+    articles = [row["article_id"] for row in by_article if row["n"] >= 2]
+    edit, remove, add_from = articles[:3], articles[3], articles[4]
+    new_id = max(a["article_id"] for a in first_ws.sql("SELECT article_id FROM articles").to_pylist()) + 1
+    dump2 = tmp_path / "enwiki-next.xml"
+    _edited_dump(plain, dump2, edit, remove, add_from, new_id)
+    contents = "SELECT passage_id, article_id, title, text FROM passages"
+    before = {(r["passage_id"], r["title"], r["text"]) for r in first_ws.sql(contents).to_pylist()}
+
+    second = reindex_flow(workspace=str(first_ws.root), dump=str(dump2), model=_minilm())
+    full = reindex_flow(workspace=str(full_ws.root), dump=str(dump2), model=_minilm())
+
+    after = first_ws.sql(contents).to_pylist()
+    changed = [r for r in after if (r["passage_id"], r["title"], r["text"]) not in before]
+    assert {r["article_id"] for r in changed} == {*edit, new_id}  # the edited and the added article only
+    assert second["pages_recleaned"] == 4 and second["pages_removed"] == 1
+    assert second["pages_reused"] == first["pages_recleaned"] - 3 - 1
+    assert second["reencoded_passages"] == len(changed)
+    assert second["reused_passages"] == second["passages"] - len(changed)
+    removed = {p for p, _, _ in before} - {r["passage_id"] for r in after}
+    assert second["removed_passages"] == len(removed) > 0
+    assert full["reencoded_passages"] == full["passages"] == second["passages"]
+
+    columns = "passage_id, article_id, title, text, position"
+    assert first_ws.sql(f"SELECT {columns} FROM passages").to_pylist() == \
+        full_ws.sql(f"SELECT {columns} FROM passages").to_pylist()
+    incremental = EncodedCorpus(releases_dir(first_ws) / second["release"] / "embeddings")
+    rebuilt = EncodedCorpus(releases_dir(full_ws) / full["release"] / "embeddings")
+    assert incremental.ids().to_pylist() == rebuilt.ids().to_pylist()
+    rows = np.arange(len(rebuilt))
+    np.testing.assert_allclose(incremental.vectors(rows), rebuilt.vectors(rows), atol=2e-5)
+
+    questions = [QUESTION, "What is the capital of Switzerland?", "Which river flows through Zurich?"]
+    for retriever in ("bm25", "dense"):
+        got = search_current(questions, k=10, retriever=retriever, workspace=str(first_ws.root))
+        want = search_current(questions, k=10, retriever=retriever, workspace=str(full_ws.root))
+        assert [[h["passage_id"] for h in row] for row in got] == [[h["passage_id"] for h in row] for row in want]
+    assert current_release(first_ws)["release"] == second["release"]
+    recorded = {m["metric"]: m["value"] for m in first_ws.sql(
+        f"SELECT metric, value FROM metrics WHERE run = 'reindex:{second['release']}'").to_pylist()}
+    assert recorded["reencoded_passages"] == len(changed)
+    assert recorded["reused_passages"] == second["reused_passages"]
+    assert recorded["removed_passages"] == second["removed_passages"]
