@@ -38,6 +38,9 @@ LOG_DIR = "logs"
 LOG_NAME = "odqa.log"
 PREFECT_LOGGING_FILE = Path(__file__).with_name("prefect-logging.yml")
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+# Long-running services whose INFO records are what their operator watches (`odqa serve`:
+# releases loaded, switched, freed, failed to load).
+SERVICE_LOGGERS = ("odqa.serve",)
 
 
 def workspace_root(chosen: str | None) -> Path:
@@ -48,10 +51,13 @@ def workspace_root(chosen: str | None) -> Path:
 
 
 def for_terminal(record: logging.LogRecord) -> bool:
-    """Progress, lines marked for the user, and warnings (our own, or of a flow/task run)."""
+    """Progress, lines marked for the user, a service's own records, and warnings (our own, or
+    of a flow/task run)."""
     if record.name == PROGRESS_LOGGER or record.name.startswith(PROGRESS_LOGGER + ".") or is_console_record(record):
         return True
     if record.levelno >= logging.WARNING and (record.name == "odqa" or record.name.startswith("odqa.")):
+        return True
+    if record.name in SERVICE_LOGGERS:
         return True
     return record.levelno == logging.WARNING and record.name in RUN_LOGGERS
 

@@ -81,9 +81,11 @@ def test_peak_rss_of_encode_and_build_does_not_grow_with_the_corpus(tmp_path: Pa
     part = 50_000  # 25 MB of vectors per part: the budget
     small = peak_of_run(tmp_path / "small", 64, 50_000, part)
     large = peak_of_run(tmp_path / "large", 512, 400_000, part)
-    unbounded = peak_of_run(tmp_path / "unbounded", 64, 400_000, None)
+    unbounded = peak_of_run(tmp_path / "unbounded", 64, 800_000, None)
     assert large - small < 30 * MB, (small / MB, large / MB)
-    assert unbounded - small > 120 * MB, (small / MB, unbounded / MB)  # 175 MB more vectors when held
+    # The control: 366 MB more vectors when held at once (a fresh CI machine once showed 70 MB
+    # less than that through allocator noise, so the margin is wide).
+    assert unbounded - small > 200 * MB, (small / MB, unbounded / MB)
 
 
 def test_parts_sized_by_vectors_search_like_one_index(tmp_path: Path) -> None:

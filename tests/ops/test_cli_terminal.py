@@ -247,12 +247,14 @@ def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, 
         logging.getLogger("odqa.stage").info("detail for the log file")
         logging.getLogger("odqa.stage").warning("3 rows skipped")
         logging.getLogger("odqa.stage").info("stage x done", extra={CONSOLE_MARK: True})
+        logging.getLogger("odqa.serve").info("switched to release r2 (was r1)")  # a service's operator line
         logging.getLogger("somelib").warning("library noise")
     finally:
         progress_logger.propagate = True
         session.close()
     shown = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[0] for line in shown] == ["encode", "encode", "train", "train", "warning", "stage x done"]
+    assert [line.split(":")[0] for line in shown] == ["encode", "encode", "train", "train", "warning", "stage x done",
+                                                      "switched to release r2 (was r1)"]
     assert shown[4] == "warning: 3 rows skipped" and shown[3].endswith("| done | loss=0.5")
     log = (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
     assert "odqa.stage - detail for the log file" in log and "somelib - library noise" in log
