@@ -338,8 +338,9 @@ def search_questions(retriever, index, questions: pa.Table, k: int) -> Iterator[
     with progress(len(qids), "dense search", "questions") as bar:
         for start in range(0, len(qids), QUESTION_CHUNK):
             vectors = retriever.encode_questions(texts[start:start + QUESTION_CHUNK])
-            yield index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
-            bar.update(len(vectors))
+            found = index.search_run(vectors, k, qids.slice(start, QUESTION_CHUNK))
+            bar.update(len(vectors))  # before the yield: a consumer may stop after the last chunk
+            yield found
 
 
 def mine_questions(ws: Workspace, retriever, index, questions: pa.Table, depth: int, count: int, mode: str) -> Any:

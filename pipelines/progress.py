@@ -139,7 +139,8 @@ class Progress:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(failed=exc_type is not None)
+        # A generator whose consumer stopped early is closed with GeneratorExit: not a failure.
+        self.close(failed=exc_type is not None and not issubclass(exc_type, GeneratorExit))
 
     def set_total(self, total: int | None) -> None:
         """The total once it is known (a stream whose length is learned while reading)."""

@@ -116,6 +116,19 @@ def test_unknown_total_and_failure(clock, records):
     assert records == ["ingest dump.xml: 1,000 pages | 250 pages/s | elapsed 0:04 | stopped"]
 
 
+def test_a_generator_closed_by_its_consumer_is_not_a_failure(clock, records):
+    def chunks():
+        with progress(6, "dense search", "questions", mode="log", interval=30, logger=records.logger) as bar:
+            for start in range(0, 6, 3):
+                bar.update(3)
+                yield start
+
+    stream = chunks()
+    assert next(stream) == 0 and next(stream) == 3
+    stream.close()  # the consumer had what it needed: GeneratorExit inside the loop
+    assert records == ["dense search: 6/6 questions (100.0%) | elapsed 0:00 | done"]
+
+
 def test_short_inner_loops_with_leave_false_log_nothing(clock, records):
     for _ in range(3):  # e.g. encoding one chunk of questions, many times
         with progress(8, "encode questions", "questions", leave=False, mode="log", interval=30,
