@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow.compute as pc
 from prefect import flow, task
 
+from flows.console import tell
 from flows.runtime import flow_run_logs, run_log_env, stage_logger
 from models.base import replace_directory
 from models.config import ARCHS, DESIRE_ME_ARCHS
@@ -295,7 +296,7 @@ def train_flow(
     work = ws.models_dir / TRAINING_DIR / model_id
     resuming, message = resume_decision(work, model_id, stage_fp, params, resume)
     if message:
-        log.info("%s", message)
+        tell("%s", message)  # the terminal too: a user must see that a run resumed, or why not
     data_dir = work / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     train_sets, loaded = [], {}
