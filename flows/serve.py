@@ -341,12 +341,17 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
     are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
     (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
     default enough to give every core a torch thread (cores / torch_threads)."""
+    import faiss
     import torch
     import uvicorn
 
     cores = os.cpu_count() or 2
     torch.set_num_threads(torch_threads or max(1, cores // 2))
     encoder_workers = encoder_workers or max(1, cores // torch.get_num_threads())
+    # Parallelism comes from the encoder workers (FAISS releases the GIL); FAISS's own OpenMP
+    # regions, entered from several worker threads at once next to torch's, are not needed for a
+    # micro-batch and were the suspect of one request that never returned under load.
+    faiss.omp_set_num_threads(1)
 
     odqa_log = logging.getLogger("odqa")
     odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
