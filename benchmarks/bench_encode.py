@@ -153,8 +153,8 @@ class ProtocolOnly:
     def encode_passages(self, titles, texts, batch_size=64, device=None):
         return self.inner.encode_passages(titles, texts, batch_size=batch_size, device=device)
 
-    def encode_questions(self, texts, batch_size=64, device=None):
-        return self.inner.encode_questions(texts, batch_size=batch_size, device=device)
+    def encode_questions(self, texts, batch_size=64, device=None, show_progress=True):
+        return self.inner.encode_questions(texts, batch_size=batch_size, device=device, show_progress=show_progress)
 
     def config_fingerprint(self) -> str:
         return self.inner.config_fingerprint()

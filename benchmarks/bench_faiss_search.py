@@ -4,9 +4,9 @@
         [--k 100] [--batch 128] [--repeats 3] [--nprobe 16 512]
 
 Vectors: clustered random embeddings (topics + noise, unit norm +-10%), written as embedding
-shards and indexed by ``build_index`` (flat, hnsw, ivfpq). For each index:
+shards and indexed by ``build_faiss_index`` (flat, hnsw, ivfpq). For each index:
 
-* ours = ``open_index(...).search_run(queries, k, question_ids)``, what dense retrieval runs on
+* ours = ``open_faiss_index(...).search_run(queries, k, question_ids)``, what dense retrieval runs on
   every question chunk: input checks, per-part search, the inner-product transform for HNSW, and
   the run table (question_id, passage_id, rank, score) built from Arrow ``take`` of the row
   numbers; also timed without ids (``search_rows``: scores + rows, what raw FAISS returns) and
@@ -36,7 +36,7 @@ import faiss  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from pipelines.dense.faiss_index import IndexParams, build_index, open_index  # noqa: E402
+from pipelines.dense.faiss_index import IndexParams, build_faiss_index, open_faiss_index  # noqa: E402
 from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
 
 
@@ -121,9 +121,9 @@ def main() -> None:
             build_seconds = None
             if not folder.exists():  # the ivfpq rows share one index, searched at different depths
                 start = time.perf_counter()
-                build_index(emb, folder, index_type=index_type, params=params, progress=False)
+                build_faiss_index(emb, folder, index_type=index_type, params=params, progress=False)
                 build_seconds = time.perf_counter() - start
-            ours = open_index(folder, "bench-model", "bench-corpus", nprobe=params.nprobe if index_type == "ivfpq" else None)
+            ours = open_faiss_index(folder, "bench-model", "bench-corpus", nprobe=params.nprobe if index_type == "ivfpq" else None)
             raw = faiss.read_index(str(folder / ours.meta.parts[0].file))
             if index_type == "hnsw":
                 raw.hnsw.efSearch = params.ef_search

@@ -49,11 +49,11 @@ GIB = 1024**3
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from pipelines.dense.faiss_index import IndexParams, build_index
+from pipelines.dense.faiss_index import IndexParams, build_faiss_index
 from pipelines.dense.index_planner import peak_rss_bytes
 emb, out, kind, params = sys.argv[1], Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 started = time.perf_counter()
-meta = build_index(emb, out, index_type=kind, params=IndexParams(**params), progress=False, use_gpu=False)
+meta = build_faiss_index(emb, out, index_type=kind, params=IndexParams(**params), progress=False, use_gpu=False)
 seconds = time.perf_counter() - started
 disk = sum(p.stat().st_size for p in out.glob("part-*.faiss"))
 print(json.dumps({"peak_rss": peak_rss_bytes(), "seconds": seconds,

@@ -95,16 +95,15 @@ def percentile(values: list[float], q: float) -> float:
 
 class Direct:
     def __init__(self, workspace: str) -> None:
-        from flows.dense import resolve_model
-        from flows.reindex import current_release, releases_dir
         from models.retriever import load_retriever
-        from pipelines.dense.faiss_index import open_index
+        from pipelines.dense.faiss_index import open_faiss_index
         from storage import Workspace
+        from storage.releases import current_release
 
         ws = Workspace.resolve(workspace)
-        release = current_release(ws)
-        self.encoder = load_retriever(resolve_model(ws, release["model"]).path)
-        self.index = open_index(releases_dir(ws) / release["release"] / release["index_type"])
+        [served] = current_release(ws).dense
+        self.encoder = load_retriever(served.model_path)
+        self.index = open_faiss_index(ws.indexes_dir / served.indexes["flat"])
 
     def __call__(self, question: str, k: int) -> None:
         self.index.search(self.encoder.encode_questions([question]), k)

@@ -40,15 +40,9 @@ def publish_table(name: str, description: str, rows: list[dict[str, Any]], plots
     return True
 
 
-def publish_evaluation(report: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
-    """Artifact of one `odqa evaluate` result: its overall metric rows and its R@K plot.
-
-    The evaluate flow calls it with its report and the run's overall rows
-    (`overall_rows(ws, run).to_pylist()`).
-    """
-    plot = report.get("plot")
-    return publish_table(f"evaluation-{report.get('run', 'run')}", f"Metrics of run {report.get('run')}",
-                         rows, [plot] if plot else [])
+def publish_evaluation(run: str, plot: str | None, rows: list[dict[str, Any]]) -> bool:
+    """Artifact of one `odqa evaluate` result: the run's overall metric rows and its R@K plot."""
+    return publish_table(f"evaluation-{run}", f"Metrics of run {run}", rows, [plot] if plot else [])
 
 
 def _cell(value: Any) -> Any:

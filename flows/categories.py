@@ -13,17 +13,17 @@ whenever links, articles, passages, questions or their positives change, and is 
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
 from flows.runtime import stage_logger
+from flows.stages import finished_report
 from pipelines.categories.coverage import (
     CoverageReport,
     assign_question_domains,
@@ -35,7 +35,10 @@ from pipelines.categories.domain_config import DomainConfig, load_domain_config
 from pipelines.categories.graph_input import SqlCategoryGraph
 from pipelines.categories.labeller import label_domains
 from storage import Workspace
+from storage.articles import content_titles
 from storage.fingerprint import file_sha256, fingerprint
+from storage.questions import positives_fingerprint
+from storage.reports import Report
 
 INGEST_STAGE = "ingest-categories"
 SQL_SOURCE = "sql-dumps"
@@ -43,7 +46,7 @@ LABEL_STAGE = "label-domains"
 LABEL_SOURCE = "label-domains"
 PLOT_NAME = "domain_coverage.png"
 #: Tables the labelling reads: a new version of any of them makes the stage run again (questions
-#: are fingerprinted by content instead, see `questions_fingerprint`).
+#: are fingerprinted by content instead, see `storage.questions.positives_fingerprint`).
 LABEL_INPUTS = ("category_links", "articles", "passages")
 
 
@@ -56,6 +59,27 @@ def _xml_articles_present(ws: Workspace) -> bool:
     return any(e.source != SQL_SOURCE and e.rows for e in ws.snapshot().files("articles"))
 
 
+@dataclass
+class IngestCategoriesReport(Report):
+    dumps: dict[str, str | None]  # role (page, categorylinks, linktarget, redirect) -> file
+    graph: dict[str, Any]  # what reading the dumps found (rows, schema, skipped statements, ...)
+    category_links_written: int
+    articles_written: int
+    articles_skipped_xml_present: bool
+    spread: ClassVar[dict[str, str]] = {"dumps": "", "graph": ""}
+
+
+@dataclass
+class LabelDomainsReport(Report):
+    labels: dict[str, Any]  # what the category walk found
+    domain_rows: int
+    coverage_figures: dict[str, Any]
+    questions_labelled_share: dict[str, float]  # dataset -> share of its questions with a label
+    plot: str
+    coverage: str  # the coverage as a text table
+    spread: ClassVar[dict[str, str]] = {"labels": "labels_", "coverage_figures": "coverage_"}
+
+
 # -- ingest ---------------------------------------------------------------------------------------
 @task(name="fingerprint-category-dumps")
 def fingerprint_dumps_task(dumps: dict[str, str | None], params: dict[str, Any]) -> str:
@@ -66,7 +90,7 @@ def fingerprint_dumps_task(dumps: dict[str, str | None], params: dict[str, Any])
 @task(name="ingest-category-dumps", tags=["cpu-parallel"])
 def ingest_dumps_task(
     workspace: str, dumps: dict[str, str | None], skip_bad: bool, stage_fingerprint: str
-) -> dict[str, Any]:
+) -> IngestCategoriesReport:
     ws = Workspace.resolve(workspace)
     write_articles = not _xml_articles_present(ws)
     links = articles = 0
@@ -94,14 +118,9 @@ def ingest_dumps_task(
                 writer.write(_with_source(batch, SQL_SOURCE))
                 articles += batch.num_rows
             writer.close()
-        report = {
-            **dumps,
-            **graph.stats.as_dict(),
-            "category_links_written": links,
-            "articles_written": articles,
-            "articles_skipped_xml_present": not write_articles,
-        }
-        tx.report = report
+        report = IngestCategoriesReport(dumps=dumps, graph=graph.stats.as_dict(), category_links_written=links,
+                                        articles_written=articles, articles_skipped_xml_present=not write_articles)  # fmt: skip
+        tx.report = report.ledger()
     return report
 
 
@@ -113,7 +132,7 @@ def ingest_categories_flow(
     redirect: str | None = None,
     skip_bad: bool = False,
     workspace: str | None = None,
-) -> dict[str, Any]:
+) -> IngestCategoriesReport:
     """Ingest MediaWiki `page` + `categorylinks` SQL dumps (`linktarget` for the 1.44+ schema,
     `redirect` for redirect targets)."""
     log = stage_logger()
@@ -131,26 +150,15 @@ def ingest_categories_flow(
         dumps[role] = str(resolved) if resolved is not None else None
     params = {"skip_bad": skip_bad, "write_articles": not _xml_articles_present(ws)}
     stage_fp = fingerprint_dumps_task(dumps, params)
-    if ws.stage_is_current(INGEST_STAGE, stage_fp):
-        log.info("category dumps unchanged, nothing to do (no-op)")
-        record = ws.stage_record(INGEST_STAGE)
-        return {**(record.report if record else {}), "noop": True}
+    done = finished_report(ws, INGEST_STAGE, stage_fp, IngestCategoriesReport, "category dumps unchanged")
+    if done is not None:
+        return done
     report = ingest_dumps_task(str(ws.root), dumps, skip_bad, stage_fp)
     log.info("ingested category dumps: %s", report)
-    return {**report, "noop": False}
+    return report
 
 
 # -- labelling ------------------------------------------------------------------------------------
-def _article_titles(ws: Workspace) -> pa.Array:
-    """Titles of the articles to count in the coverage: non-redirect namespace-0 pages."""
-    if ws.rows("articles"):
-        table = ws.read_table("articles", columns=["title", "namespace", "is_redirect"])
-        keep = pc.and_(pc.equal(table["namespace"], 0), pc.invert(pc.fill_null(table["is_redirect"], False)))
-        return table.filter(keep).column("title").combine_chunks()
-    table = ws.read_table("category_links", columns=["title", "namespace"])
-    return pc.unique(table.filter(pc.equal(table["namespace"], 0)).column("title"))
-
-
 def _metric_rows(
     report: CoverageReport, dataset: str | None, config: str, *, questions_only: bool
 ) -> list[dict]:
@@ -173,21 +181,7 @@ def _with_domains(part: pa.Table, passage_domains: dict[str, list[str]], order: 
     return part.set_column(index, part.schema.field(index), column.cast(part.schema.field(index).type))
 
 
-def questions_fingerprint(ws: Workspace) -> str:
-    """Content hash of (question_id, positive_ids): the labels depend on nothing else of the
-    questions, and this stage rewrites the table itself (its `domains`), so the table's file
-    version would change on every run and the stage would never be a no-op."""
-    if not ws.rows("questions"):
-        return "none"
-    table = ws.read_table("questions", columns=["question_id", "positive_ids"])
-    table = table.take(pc.sort_indices(table, [("question_id", "ascending")]))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as stream:
-        stream.write_table(table.combine_chunks())
-    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()
-
-
-def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str) -> dict[str, Any]:
+def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str) -> LabelDomainsReport:
     """Label, relabel questions, measure coverage, write it all in one transaction, draw the plot."""
     log = stage_logger()
     if not ws.rows("category_links"):
@@ -229,7 +223,7 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
     overall = coverage_report(
         domains,
         order,
-        articles=_article_titles(ws),
+        articles=content_titles(ws),
         passages=ws.scan("passages", ["title"]) if has_passages else None,
         question_labels=questions.select(["question_id", "domains"]) if questions is not None else None,
     )
@@ -247,14 +241,12 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
     text = overall.format()
     for dataset, r in per_dataset.items():
         text += f"\n{dataset}: labelled questions {r.labelled_questions}/{r.questions}, avg labels {r.avg_labels_per_question:.2f}"
-    report = {
-        **{f"labels_{k}": v for k, v in result.report.as_dict().items() if k != "per_domain"},
-        "domain_rows": domains.num_rows,
-        **{f"coverage_{k}": v for k, v in overall.as_dict().items() if not isinstance(v, dict)},
-        **{f"questions_{d}_labelled_share": r.labelled_question_share for d, r in per_dataset.items()},
-        "plot": str(plot),
-        "coverage": text,
-    }
+    report = LabelDomainsReport(
+        labels={k: v for k, v in result.report.as_dict().items() if k != "per_domain"}, domain_rows=domains.num_rows,
+        coverage_figures={k: v for k, v in overall.as_dict().items() if not isinstance(v, dict)},
+        questions_labelled_share={d: r.labelled_question_share for d, r in per_dataset.items()}, plot=str(plot),
+        coverage=text,
+    )  # fmt: skip
     with ws.transaction(LABEL_STAGE, fingerprint=stage_fingerprint) as tx:
         tx.replace_table("domains")
         writer = tx.writer("domains", source=LABEL_SOURCE)
@@ -265,13 +257,13 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
             tx.rewrite("questions", lambda part: _with_domains(part, passage_domains, order))
         tx.replace_source("metrics", LABEL_SOURCE)
         tx.write("metrics", metrics, source=LABEL_SOURCE)
-        tx.report = report
+        tx.report = report.ledger()
     log.info("domain labels:\n%s", text)
     return report
 
 
 @task(name="label-domains")
-def label_domains_task(workspace: str, config: dict[str, Any], stage_fingerprint: str) -> dict[str, Any]:
+def label_domains_task(workspace: str, config: dict[str, Any], stage_fingerprint: str) -> LabelDomainsReport:
     return label_workspace(Workspace.resolve(workspace), _config_from_dict(config), stage_fingerprint)
 
 
@@ -290,16 +282,13 @@ def label_domains_flow(
     workspace: str | None = None,
     domains_file: str | None = None,
     max_depth: int | None = None,
-) -> dict[str, Any]:
+) -> LabelDomainsReport:
     """Label articles and questions with DESIRE-ME domains from the category graph."""
-    log = stage_logger()
     ws = Workspace.resolve(workspace)
     config = (load_domain_config(domains_file) if domains_file else DomainConfig()).with_max_depth(max_depth)
     config_dict = {**asdict(config), "hidden_categories": sorted(config.hidden_categories)}
     versions = {t: ws.table_version(t) for t in LABEL_INPUTS}
-    stage_fp = fingerprint(LABEL_STAGE, config_dict, versions, questions_fingerprint(ws))
-    if ws.stage_is_current(LABEL_STAGE, stage_fp):
-        log.info("links, articles, passages, questions and settings unchanged: nothing to do (no-op)")
-        record = ws.stage_record(LABEL_STAGE)
-        return {**(record.report if record else {}), "noop": True}
-    return {**label_domains_task(str(ws.root), config_dict, stage_fp), "noop": False}
+    stage_fp = fingerprint(LABEL_STAGE, config_dict, versions, positives_fingerprint(ws))
+    done = finished_report(ws, LABEL_STAGE, stage_fp, LabelDomainsReport,
+                           "links, articles, passages, questions and settings unchanged")  # fmt: skip
+    return done or label_domains_task(str(ws.root), config_dict, stage_fp)

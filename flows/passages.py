@@ -1,20 +1,36 @@
-"""Import and export passage corpora (DPR psgs_w100.tsv, BEIR corpus.jsonl)."""
+"""`odqa import passages` / `odqa export passages`: passage corpora in DPR psgs_w100.tsv or BEIR format."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from prefect import flow, task
 
-from flows.runtime import stage_logger
+from flows.stages import finished_report
 from pipelines.passage_formats import read_beir_corpus, read_dpr_tsv, write_dpr_tsv
 from pipelines.progress import progress
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
+from storage.passages import PASSAGE_COLUMNS
+from storage.reports import Report
 
 READERS = {"dpr-tsv": read_dpr_tsv, "beir": read_beir_corpus}
+
+
+@dataclass
+class ImportPassagesReport(Report):
+    format: str
+    path: str
+    passages: int
+    source: str
+
+
+@dataclass
+class ExportPassagesReport(Report):
+    path: str
+    passages: int
 
 
 def import_source(fmt: str, path: Path) -> str:
@@ -22,30 +38,29 @@ def import_source(fmt: str, path: Path) -> str:
     return f"{fmt}:{path.name}"
 
 
-def import_passages(ws: Workspace, fmt: str, path: Path, stage_fingerprint: str) -> dict[str, Any]:
-    source = import_source(fmt, path)
+@task(name="import-passages")
+def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint: str) -> ImportPassagesReport:
+    ws = Workspace.resolve(workspace)
+    source_path = Path(path)
+    source = import_source(fmt, source_path)
     rows = 0
     with ws.transaction(f"import-passages:{source}", fingerprint=stage_fingerprint) as tx:
         tx.replace_source("passages", source)
         writer = tx.writer("passages", source=source)
-        with progress(None, f"import {path.name}", "passages") as bar:
-            for batch in READERS[fmt](path):
+        with progress(None, f"import {source_path.name}", "passages") as bar:
+            for batch in READERS[fmt](source_path):
                 table = pa.Table.from_batches([batch])
                 writer.write(table.append_column("source", pa.array([source] * table.num_rows, pa.string())))
                 rows += batch.num_rows
                 bar.update(batch.num_rows)
         writer.close()
-        tx.report = {"format": fmt, "path": str(path), "passages": rows}
-    return {"format": fmt, "path": str(path), "passages": rows, "source": source}
-
-
-@task(name="import-passages")
-def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint: str) -> dict[str, Any]:
-    return import_passages(Workspace.resolve(workspace), fmt, Path(path), stage_fingerprint)
+        report = ImportPassagesReport(format=fmt, path=str(source_path), passages=rows, source=source)
+        tx.report = report.ledger()
+    return report
 
 
 @flow(name="import-passages")
-def import_passages_flow(fmt: str, path: str, workspace: str | None = None) -> dict[str, Any]:
+def import_passages_flow(fmt: str, path: str, workspace: str | None = None) -> ImportPassagesReport:
     """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table."""
     if fmt not in READERS:
         raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(READERS)}")
@@ -56,19 +71,17 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None) -> d
         raise FileNotFoundError(f"passage file not found: {data_file}")
     stage_fp = fingerprint("import-passages", fmt, file_sha256(data_file))
     stage = f"import-passages:{import_source(fmt, source_path)}"
-    if ws.stage_is_current(stage, stage_fp):
-        stage_logger().info("%s already imported with identical content (no-op)", source_path.name)
-        return {"noop": True, **ws.stage_record(stage).report}
-    return {"noop": False, **import_passages_task(str(ws.root), fmt, str(source_path), stage_fp)}
+    done = finished_report(ws, stage, stage_fp, ImportPassagesReport, f"{source_path.name} already imported with "
+                           "identical content")  # fmt: skip
+    return done or import_passages_task(str(ws.root), fmt, str(source_path), stage_fp)
 
 
 @flow(name="export-passages")
-def export_passages_flow(out: str, fmt: str = "dpr-tsv", workspace: str | None = None) -> dict[str, Any]:
+def export_passages_flow(out: str, fmt: str = "dpr-tsv", workspace: str | None = None) -> ExportPassagesReport:
     """Write the passages table as DPR's psgs_w100.tsv."""
     if fmt != "dpr-tsv":
         raise ValueError(f"unknown export format {fmt!r}; expected 'dpr-tsv'")
     ws = Workspace.resolve(workspace)
     target = Path(out).expanduser().resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    count = write_dpr_tsv(ws.scan("passages", columns=["passage_id", "text", "title"]), target)
-    return {"path": str(target), "passages": count}
+    count = write_dpr_tsv(ws.scan("passages", columns=PASSAGE_COLUMNS), target)
+    return ExportPassagesReport(path=str(target), passages=count)

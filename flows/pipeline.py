@@ -25,11 +25,12 @@ still a quick no-op.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
-import os
 import shlex
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,14 +41,19 @@ from prefect.states import State
 from pydantic import BaseModel, Field
 
 from flows.console import tell
-from flows.runtime import stage_logger
 from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
 from flows.task_runners import RunnerSettings
+from pipelines.questions.specs import DatasetSpec
 from storage import Workspace
+from storage.demo_queries import DEMO_QUERIES
 from storage.fingerprint import file_sha256, fingerprint
+from storage.index_layout import IndexLayout
+from storage.metrics import recall_table
+from storage.model_registry import resolve_model
+from storage.reports import Report
 
 CACHE_DIR = "pipeline-cache"
-CACHE_FORMAT = 1  # bump when the meaning of a stage's parameters changes
+CACHE_FORMAT = 2  # bump when the meaning of a stage's parameters changes
 DEFAULT_KS = [1, 5, 20, 100]
 
 
@@ -159,7 +165,8 @@ class StageSpec(BaseModel):
     files: list[str] = Field(default_factory=list, description="input files, keyed by content hash")
     writes: list[str] = Field(default_factory=list, description="tables whose versions downstream stages key on")
     ledger: list[str] = Field(default_factory=list, description="stage records that must exist to use the cache")
-    paths: list[str] = Field(default_factory=list, description="files that must exist to use the cache")
+    index: dict[str, str] = Field(default_factory=dict, description="the index that must exist for the current "
+                                  "passages to use the cache: {'bm25': ''} or {'model': ..., 'type': ...}")
     upstream: list[str] = Field(default_factory=list)
 
 
@@ -179,9 +186,27 @@ def file_identity(path: str) -> str:
     return _FILE_HASHES[memo]
 
 
-def stage_key(spec: StageSpec, upstream: list[dict[str, Any]]) -> str:
+@dataclass
+class StageOutcome:
+    """What a finished stage hands downstream: its key and the versions of the tables it wrote."""
+
+    name: str
+    key: str
+    outputs: dict[str, str]
+    seconds: float
+    report: dict[str, Any]
+
+
+@dataclass
+class PipelineReport(Report):
+    states: dict[str, str]  # stage -> Completed, Cached, ...
+    seconds: float
+    results: list[dict[str, Any]]  # the recall table: run, dataset, split, R@K...
+
+
+def stage_key(spec: StageSpec, upstream: list[StageOutcome]) -> str:
     """The content key of a stage run (see the module docstring)."""
-    chain = sorted((u["name"], u["key"], sorted(u["outputs"].items())) for u in upstream)
+    chain = sorted((u.name, u.key, sorted(u.outputs.items())) for u in upstream)
     files = [file_identity(f) for f in spec.files]
     return fingerprint("odqa-pipeline", CACHE_FORMAT, spec.name, spec.kind, spec.kwargs, files, chain)
 
@@ -195,7 +220,15 @@ def _stage_cache_key(context: Any, parameters: dict[str, Any]) -> str:
 def outputs_present(ws: Workspace, spec: StageSpec) -> bool:
     """Whether what the stage left in the workspace is still there (else the cache is refreshed)."""
     snapshot = ws.snapshot()
-    return all(name in snapshot.stages for name in spec.ledger) and all(Path(p).exists() for p in spec.paths)
+    if not all(name in snapshot.stages for name in spec.ledger):
+        return False
+    if not spec.index or not ws.rows("passages"):
+        return True
+    layout, version = IndexLayout.of(ws), ws.table_version("passages")
+    if "bm25" in spec.index:
+        return layout.bm25_built(version)
+    key = resolve_model(ws, spec.index["model"]).passage_key
+    return spec.index["type"] in layout.dense(key, version).built_types()
 
 
 def _json_safe(value: Any) -> Any:
@@ -206,18 +239,14 @@ STAGE_CACHE = CacheKeyFnPolicy(cache_key_fn=_stage_cache_key)
 
 
 @task(name="stage", task_run_name="{spec.name}", cache_policy=STAGE_CACHE, persist_result=True)
-def run_stage(spec: StageSpec, upstream: list[dict[str, Any]]) -> dict[str, Any]:
+def run_pipeline_stage(spec: StageSpec, upstream: list[StageOutcome]) -> StageOutcome:
     """Run one stage (its flow, as a subflow) and return its key, report and output versions."""
     started = time.perf_counter()
-    report = STAGES[spec.kind](**spec.kwargs, **spec.runtime)
+    report = stage_flow(spec.kind)(**spec.kwargs, **spec.runtime)
     ws = Workspace.resolve(spec.kwargs.get("workspace"))
-    return {
-        "name": spec.name,
-        "key": stage_key(spec, upstream),
-        "outputs": {table: ws.table_version(table) for table in spec.writes},
-        "seconds": round(time.perf_counter() - started, 2),
-        "report": _json_safe(report),
-    }
+    return StageOutcome(name=spec.name, key=stage_key(spec, upstream),
+                        outputs={table: ws.table_version(table) for table in spec.writes},
+                        seconds=round(time.perf_counter() - started, 2), report=_json_safe(report.as_dict()))  # fmt: skip
 
 
 # --- stage bodies that are more than one existing flow ----------------------------------------
@@ -234,115 +263,43 @@ def _sparql_endpoint(rdf: list[str], sparql: str | None) -> Iterator[str]:
         yield url
 
 
-def _trex_stage(rdf: list[str], sparql: str | None, **kwargs: Any) -> dict[str, Any]:
+def _trex_stage(rdf: list[str], sparql: str | None, **kwargs: Any) -> Report:
     from flows.questions import trex_questions_flow
 
     with _sparql_endpoint(rdf, sparql) as endpoint:
         return trex_questions_flow(sparql=endpoint, **kwargs)
 
 
-@task(name="bm25-search-batch", tags=["cpu-parallel"])
-def bm25_search_batch(workspace: str, questions: dict[str, list[str]], k: int, k1: float, b: float) -> pa.Table | None:
-    """BM25 top-k for one batch of questions (one mapped task per batch)."""
-    from flows.retrieval import _bm25_batches
-
-    ws = Workspace.resolve(workspace)
-    table = pa.table({"question_id": questions["question_id"], "question": questions["question"]})
-    batches = list(_bm25_batches(ws, table, k, {"k1": k1, "b": b, "threads": 1}))
-    return pa.Table.from_batches(batches) if batches else None
-
-
-@flow(name="bm25-retrieve-parallel")
-def bm25_parallel_run_flow(
-    dataset: str, split: str, run: str, k: int = 100, batch: int = 64, workspace: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """A BM25 run whose question batches are mapped over the flow's task runner (threads,
-    processes or a Dask cluster); rows and stage record are those `odqa retrieve` writes."""
-    from flows.retrieval import (
-        _bm25_config,
-        evaluation_source,
-        load_questions,
-        questions_fingerprint,
-        run_source,
-        run_stage,
-    )
-    from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
-
-    log = stage_logger()
-    ws = Workspace.resolve(workspace)
-    options = {"k1": DEFAULT_K1, "b": DEFAULT_B, "threads": os.cpu_count() or 1}
-    config = _bm25_config(ws, options)
-    questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question"])
-    stage_fp = fingerprint(run_stage(run), "bm25", dataset, split, k, config, questions_fp)
-    if ws.stage_is_current(run_stage(run), stage_fp):
-        log.info("run %s: same retriever, parameters and questions as before (no-op)", run)
-        return {**ws.stage_record(run_stage(run)).report, "noop": True}
-    questions = load_questions(ws, dataset, split, ["question_id", "question"])
-    chunks = [questions.slice(start, batch).to_pydict() for start in range(0, questions.num_rows, batch)]
-    futures = bm25_search_batch.map(str(ws.root), chunks, k, DEFAULT_K1, DEFAULT_B)
-    parts = [t for t in futures.result() if t is not None]
-    rows = pa.concat_tables(parts) if parts else None
-    with ws.transaction(run_stage(run), fingerprint=stage_fp) as tx:
-        tx.replace_source("runs", run_source(run))
-        tx.replace_source("metrics", evaluation_source(run))
-        if rows is not None:
-            tx.write("runs", rows.append_column("run", pa.array([run] * rows.num_rows, pa.string())),
-                     source=run_source(run))  # fmt: skip
-        retrieved = len(set(rows["question_id"].to_pylist())) if rows is not None else 0
-        report = {"run": run, "retriever": "bm25", "dataset": dataset, "split": split, "k": k, **config,
-                  "questions": questions.num_rows, "questions_without_results": questions.num_rows - retrieved,
-                  "rows": rows.num_rows if rows is not None else 0, "batches": len(chunks)}  # fmt: skip
-        tx.report = report
-    log.info("retrieve %s: %s", run, report)
-    return {**report, "noop": False}
-
-
-def _bm25_run_stage(runner: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    settings = RunnerSettings(**runner)
-    return bm25_parallel_run_flow.with_options(task_runner=settings.task_runner())(batch=settings.bm25_batch, **kwargs)
-
-
-def _flow(module: str, name: str) -> Callable[..., Any]:
-    def call(**kwargs: Any) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(**kwargs)
-
-    return call
-
-
-STAGES: dict[str, Callable[..., Any]] = {
-    "ingest-wikipedia": _flow("flows.wikipedia", "ingest_wikipedia_flow"),
-    "import-passages": _flow("flows.passages", "import_passages_flow"),
-    "ingest-categories": _flow("flows.categories", "ingest_categories_flow"),
-    "questions-trex": _trex_stage,
-    "questions-paq": _flow("flows.questions", "paq_questions_flow"),
-    "import-questions": _flow("flows.questions", "import_questions_flow"),
-    "label-domains": _flow("flows.categories", "label_domains_flow"),
-    "bm25-index": _flow("flows.retrieval", "bm25_index_flow"),
-    "negatives-bm25": _flow("flows.retrieval", "bm25_negatives_flow"),
-    "train": _flow("flows.training", "train_flow"),
-    "index-build": _flow("flows.dense", "index_build_flow"),
-    "mine": _flow("flows.dense", "mine_flow"),
-    "tune-hybrid": _flow("flows.dense", "tune_hybrid_flow"),
-    "bm25-run": _bm25_run_stage,
-    "dense-run": _flow("flows.dense", "dense_retrieve_flow"),
-    "evaluate": _flow("flows.evaluation", "evaluate_flow"),
-}
+def stage_flow(kind: str) -> Callable[..., Any]:
+    """The flow that runs a stage of this kind (imported when the stage runs, not before)."""
+    if kind == "questions-trex":
+        return _trex_stage
+    module, name = {
+        "ingest-wikipedia": ("flows.wikipedia", "ingest_wikipedia_flow"),
+        "import-passages": ("flows.passages", "import_passages_flow"),
+        "ingest-categories": ("flows.categories", "ingest_categories_flow"),
+        "questions-paq": ("flows.questions", "paq_questions_flow"),
+        "import-questions": ("flows.questions", "import_questions_flow"),
+        "label-domains": ("flows.categories", "label_domains_flow"),
+        "bm25-index": ("flows.bm25", "bm25_index_flow"),
+        "negatives-bm25": ("flows.negatives", "bm25_negatives_flow"),
+        "train": ("flows.train", "train_flow"),
+        "index-build": ("flows.index", "index_build_flow"),
+        "mine": ("flows.mine", "mine_flow"),
+        "tune-hybrid": ("flows.tune_hybrid", "tune_hybrid_flow"),
+        "run": ("flows.retrieve", "retrieve_flow"),
+        "evaluate": ("flows.evaluate", "evaluate_flow"),
+    }[kind]
+    return getattr(importlib.import_module(module), name)
 
 
 # --- the plan --------------------------------------------------------------------------------
 
 
-def _split_spec(spec: str) -> tuple[str, str]:
-    parts = spec.split(":")
-    if len(parts) < 2 or not all(parts[:2]):
-        raise ValueError(f"dataset spec {spec!r}: expected NAME:SPLIT")
-    return parts[0], parts[1]
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
+def _split_of(spec: str) -> tuple[str, str]:
+    """(dataset, split) of a NAME:SPLIT[:WEIGHT] setting."""
+    parsed = DatasetSpec.parse(spec)
+    return parsed.dataset, parsed.split
 
 
 def plan_stages(
@@ -355,8 +312,6 @@ def plan_stages(
     runner: RunnerSettings,
 ) -> list[StageSpec]:
     """The stages in execution order, each naming the stages whose outputs it consumes."""
-    from flows.dense import dense_dir, resolve_model
-
     root = str(ws.root)
     wsarg = {"workspace": root}
     # BM25 batches always map over the task runner. Ingest, encoding and mining keep their own
@@ -415,11 +370,10 @@ def plan_stages(
                    kwargs={"domains_file": domains.domains_file, "max_depth": domains.max_depth, **wsarg},
                    writes=["domains", "questions", "metrics"], ledger=["label-domains"])  # fmt: skip
 
-    bm25_index = add("bm25-index", "bm25-index", corpus + question_stages, kwargs={**wsarg},
-                     paths=[str(ws.indexes_dir / "bm25" / "odqa-index.json")])
+    bm25_index = add("bm25-index", "bm25-index", corpus + question_stages, kwargs={**wsarg}, index={"bm25": ""})
     negatives = []
     for spec in training.train:
-        dataset, split = _split_spec(spec)
+        dataset, split = _split_of(spec)
         negatives.append(add(f"negatives-bm25:{dataset}:{split}", "negatives-bm25", [bm25_index, labelled],
                              kwargs={"dataset": dataset, "split": split, "count": training.bm25_negatives, **wsarg},
                              writes=["questions"], ledger=[f"negatives-bm25:{dataset}:{split}"]))  # fmt: skip
@@ -435,17 +389,16 @@ def plan_stages(
                    ledger=[f"train-{model_id}"])
 
     def index(label: str, model: str, upstream: list[str]) -> str:
-        key = resolve_model(ws, model).passage_key
         return add(f"index:{label}", "index-build", upstream,
                    kwargs={"model": model, "index_type": evaluation.index_type, **wsarg}, runtime=chosen,
-                   paths=[str(dense_dir(ws, key) / evaluation.index_type)])
+                   index={"model": model, "type": evaluation.index_type})
 
     round1 = f"{training.mine_with}-round1"
     trained_r1 = train(round1, training.mine_with, [labelled, *negatives])
     indexed_r1 = index(round1, round1, [trained_r1])
     mined = []
     for spec in training.train:
-        dataset, split = _split_spec(spec)
+        dataset, split = _split_of(spec)
         mined.append(add(f"mine:{dataset}:{split}", "mine", [indexed_r1, *negatives],
                          kwargs={"model": round1, "dataset": dataset, "split": split, "mode": training.mining_mode,
                                  "depth": training.mine_depth, "count": training.mine_count,
@@ -469,20 +422,20 @@ def plan_stages(
                             **wsarg}, writes=["metrics"], ledger=[f"tune-hybrid:{label}"])  # fmt: skip
     evaluated = []
     for eval_spec in evaluation.eval_sets:
-        dataset, split = _split_spec(eval_spec)
-        suffix = f"{_slug(dataset)}-{_slug(split)}"
-        runs = [add(f"run:bm25-{suffix}", "bm25-run", [bm25_index, *question_stages],
+        dataset, split = _split_of(eval_spec)
+        suffix = f"{dataset}-{split}"
+        runs = [add(f"run:bm25-{suffix}", "run", [bm25_index, *question_stages],
                     kwargs={"dataset": dataset, "split": split, "run": f"bm25-{suffix}", "k": evaluation.k, **wsarg},
                     runtime=mapped, writes=["runs"], ledger=[f"run:bm25-{suffix}"])]  # fmt: skip
         for label, (model, index_stage) in retrievers.items():
             run = f"{label}-{suffix}"
-            runs.append(add(f"run:{run}", "dense-run", [index_stage, *question_stages],
-                            kwargs={"dataset": dataset, "split": split, "run": run, "model": model,
+            runs.append(add(f"run:{run}", "run", [index_stage, *question_stages],
+                            kwargs={"dataset": dataset, "split": split, "run": run, "model": model, "retriever": "dense",
                                     "k": evaluation.k, "index_type": evaluation.index_type, **wsarg},
                             writes=["runs"], ledger=[f"run:{run}"]))  # fmt: skip
         if tuned is not None:
             run = f"hybrid-{suffix}"
-            runs.append(add(f"run:{run}", "dense-run", [tuned, *question_stages],
+            runs.append(add(f"run:{run}", "run", [tuned, *question_stages],
                             kwargs={"dataset": dataset, "split": split, "run": run, "model": evaluation.hybrid_with,
                                     "retriever": "hybrid", "k": evaluation.k, "index_type": evaluation.index_type,
                                     **wsarg},
@@ -515,25 +468,25 @@ def odqa_pipeline(
     training: TrainingSettings = TrainingSettings(),  # noqa: B008
     evaluation: EvaluationSettings = EvaluationSettings(),  # noqa: B008
     runner: RunnerSettings = RunnerSettings(),  # noqa: B008
-) -> dict[str, Any]:
+) -> PipelineReport:
     """The whole pipeline on one workspace; unchanged stages finish from cache."""
     ws = Workspace.resolve(workspace)
     plan = plan_stages(ws, sources, questions, domains, training, evaluation, runner)
     cache = STAGE_CACHE.configure(key_storage=ws.root / CACHE_DIR)
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, StageOutcome] = {}
     states: dict[str, str] = {}
     started = time.perf_counter()
     for number, spec in enumerate(plan, start=1):
         upstream = [results[name] for name in spec.upstream]
-        stage = run_stage.with_options(cache_policy=cache, refresh_cache=not outputs_present(ws, spec))
+        stage = run_pipeline_stage.with_options(cache_policy=cache, refresh_cache=not outputs_present(ws, spec))
         state: State = stage(spec, upstream, return_state=True)
         results[spec.name] = state.result()
         states[spec.name] = state.name
-        tell("%s", stage_line(number, len(plan), spec.name, state.name, results[spec.name]["seconds"]))
-    table = results_table(ws, [s.kwargs["run"] for s in plan if s.kind == "evaluate"], evaluation.ks)
+        tell("%s", stage_line(number, len(plan), spec.name, state.name, results[spec.name].seconds))
+    table = recall_table(ws, [s.kwargs["run"] for s in plan if s.kind == "evaluate"], evaluation.ks)
     publish_results(ws, table)
-    return {"states": states, "seconds": round(time.perf_counter() - started, 1),
-            "results": table.to_pylist() if table is not None else []}  # fmt: skip
+    return PipelineReport(states=states, seconds=round(time.perf_counter() - started, 1),
+                          results=table.to_pylist() if table is not None else [])  # fmt: skip
 
 
 def stage_line(number: int, total: int, name: str, state: str, seconds: float) -> str:
@@ -544,19 +497,6 @@ def stage_line(number: int, total: int, name: str, state: str, seconds: float) -
     if state not in ("Cached", "Completed"):
         took = f"{state} {took}"
     return f"[{number:>{width}}/{total}] {name:<34} {took}"
-
-
-def results_table(ws: Workspace, runs: list[str], ks: list[int]) -> pa.Table | None:
-    """One row per run: dataset, split and R@K (the overall figures of `metrics`)."""
-    if not runs:
-        return None
-    names = ", ".join("'" + r.replace("'", "''") + "'" for r in runs)
-    columns = ", ".join(f"round(max(value) FILTER (WHERE metric = 'R@{k}'), 3) AS \"R@{k}\"" for k in ks)
-    order = " ".join(f"WHEN '{r}' THEN {i}" for i, r in enumerate(runs))
-    return ws.sql(
-        f"SELECT run, dataset, split, {columns} FROM metrics WHERE run IN ({names}) AND \"group\" = '' "
-        f"GROUP BY run, dataset, split ORDER BY dataset, split, CASE run {order} END"
-    )
 
 
 def publish_results(ws: Workspace, table: pa.Table | None) -> None:
@@ -574,25 +514,6 @@ def publish_results(ws: Workspace, table: pa.Table | None) -> None:
 DEMO_TRAINING = TrainingSettings(max_steps=10, batch_size=8, mine_count=10, mine_depth=50)
 DEMO_RUN_LABELS = {"bm25": "BM25", "zero-shot": "dense zero-shot (MiniLM)", "dpr": "DPR-style bi-encoder",
                    "taser": "TASER", "desire-me": "DESIRE-ME", "hybrid": "hybrid (DPR + BM25)"}  # fmt: skip
-DEMO_QUERIES = [
-    (
-        "Questions per DESIRE-ME domain (labels from the category graph)",
-        "SELECT domain, count(*) AS questions FROM (SELECT unnest(domains) AS domain FROM questions) "
-        "GROUP BY domain ORDER BY questions DESC, domain LIMIT 8",
-    ),
-    (
-        "Articles per top-level domain and how far up the category graph it was found",
-        "SELECT domain, count(*) AS articles, round(avg(depth), 2) AS mean_depth FROM domains "
-        "GROUP BY domain ORDER BY articles DESC, domain LIMIT 8",
-    ),
-    (
-        "R@5 per relation on the T-REx test split: BM25 vs TASER",
-        "SELECT \"group\" AS relation, round(max(value) FILTER (WHERE run = 'bm25-trex-test'), 3) AS bm25, "
-        "round(max(value) FILTER (WHERE run = 'taser-trex-test'), 3) AS taser FROM metrics "
-        "WHERE metric = 'R@5' AND \"group\" <> '' AND run IN ('bm25-trex-test', 'taser-trex-test') "
-        "GROUP BY relation ORDER BY relation",
-    ),
-]
 
 
 def run_demo_pipeline(
@@ -613,12 +534,12 @@ def run_demo_pipeline(
     click.echo(f"=== odqa pipeline on the bundled sample -> {ws.root} ===")
     outcome = odqa_pipeline(workspace=str(ws.root), training=training, questions=questions or QuestionSettings(),
                             evaluation=evaluation or EvaluationSettings())  # fmt: skip
-    states = outcome["states"]
+    states = outcome.states
     cached = sum(1 for s in states.values() if s == "Cached")
-    click.echo(f"\n{len(states)} stages in {outcome['seconds']:.0f}s ({cached} from cache)")
+    click.echo(f"\n{len(states)} stages in {outcome.seconds:.0f}s ({cached} from cache)")
     rows = []
-    for row in outcome["results"]:
-        label = row["run"].rsplit(f"-{_slug(row['dataset'])}-{_slug(row['split'])}", 1)[0]
+    for row in outcome.results:
+        label = row["run"].rsplit(f"-{row['dataset']}-{row['split']}", 1)[0]
         rows.append({"retriever": DEMO_RUN_LABELS.get(label, label), "questions": f"{row['dataset']}/{row['split']}",
                      **{k: row[k] for k in row if k.startswith("R@")}})  # fmt: skip
     click.echo("\n=== Top-K retrieval accuracy (answer in the top K passages) ===")

@@ -20,15 +20,16 @@ import json
 import shutil
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from prefect import flow, task
 
 from flows.runtime import stage_logger
+from flows.stages import finished_report
 from pipelines.questions.imports import FORMATS, dedupe_passages, import_questions
 from pipelines.questions.paq import PaqConfig, sample_paq
 from pipelines.questions.positives import find_positives
@@ -50,10 +51,46 @@ from pipelines.questions.triples import (
     check_relation_id,
 )
 from storage import Workspace
+from storage.articles import redirects
 from storage.fingerprint import file_sha256, fingerprint
+from storage.passages import passage_files
+from storage.reports import Report
 
 THESIS_RELATIONS = THESIS_SEEN_RELATIONS + THESIS_UNSEEN_RELATIONS
 SPARQL_DEFAULT_SAMPLE = 20_000  # 10,000 for the splits (Table 3.1) + leftovers for the analysis sets
+
+
+@dataclass
+class TrexQuestionsReport(Report):
+    dataset: str
+    facts: int
+    questions: int
+    splits: dict[str, int]  # questions per split
+    skipped: dict[str, int]  # facts left out, by reason
+    questions_with_positive: int | None = None
+    positives: str | None = None  # why positives were not looked for, when they were not
+    analysis_shortfalls: int = 0  # relations with fewer analysis questions than asked for
+    spread: ClassVar[dict[str, str]] = {"splits": "split_", "skipped": "skipped_"}
+
+
+@dataclass
+class PaqQuestionsReport(Report):
+    dataset: str
+    path: str
+    sample: dict[str, Any]  # what the sampling read, kept and left out
+    spread: ClassVar[dict[str, str]] = {"sample": ""}
+
+
+@dataclass
+class ImportQuestionsReport(Report):
+    format: str
+    path: str
+    dataset: str
+    split: str
+    questions: int
+    questions_with_positive: int
+    passages: int = 0
+    qrels: int = 0
 
 
 def _metric_rows(dataset: str, source: str, figures: list[tuple[str | None, str, float, str | None]],
@@ -96,12 +133,6 @@ def _triples_digest(triples: list[Triple]) -> str:
                         for t in triples])
 
 
-def _redirects(ws: Workspace) -> pa.Table | None:
-    if ws.rows("articles") == 0:
-        return None
-    return ws.read_table("articles", columns=["title", "redirect_target"], filter=pc.field("is_redirect"))
-
-
 def _trex_figures(result: SplitResult, positives_report: list[dict[str, Any]] | None) -> list[tuple]:
     figures: list[tuple] = [(row["split"], "questions", row["questions"], row["relation"]) for row in result.counts()]
     totals = Counter(result.questions.column("split").to_pylist())
@@ -140,7 +171,7 @@ def trex_questions_flow(
     task_retries: int = 2,
     task_retry_delay: float = 30.0,
     workspace: str | None = None,
-) -> dict[str, Any]:
+) -> TrexQuestionsReport:
     """Template questions from Wikidata facts (SPARQL, T-REx or JSON Lines) into `questions`."""
     log = stage_logger()
     if sum(x is not None for x in (sparql, trex, triples)) != 1:
@@ -181,9 +212,9 @@ def trex_questions_flow(
     stage = f"questions-trex:{dataset}"
     stage_fp = fingerprint(stage, origin, file_sha256(template_file), params,
                            ws.table_version("passages"), ws.table_version("articles"))
-    if ws.stage_is_current(stage, stage_fp):
-        log.info("%s: same facts, templates and parameters as last time (no-op)", stage)
-        return {**ws.stage_record(stage).report, "noop": True}
+    done = finished_report(ws, stage, stage_fp, TrexQuestionsReport, "same facts, templates and parameters")
+    if done is not None:
+        return done
     if facts is None:
         facts = read_triples_task(kind, str(source_path), wanted, sample, seed)
 
@@ -194,27 +225,26 @@ def trex_questions_flow(
     questions = result.questions
     positives_report = None
     if ws.rows("passages"):
-        found = find_positives(questions, ws.scan("passages", columns=["passage_id", "title", "text"]), _redirects(ws))
+        found = find_positives(questions, ws.scan("passages", columns=["passage_id", "title", "text"]), redirects(ws))
         questions, positives_report = found.questions, found.report
 
     source = stage
-    report: dict[str, Any] = {"dataset": dataset, "facts": len(facts), "questions": questions.num_rows}
-    report.update({f"split_{s}": n for s, n in sorted(Counter(questions.column("split").to_pylist()).items())})
-    if positives_report is not None:
-        report["questions_with_positive"] = sum(r["with_positive"] for r in positives_report)
-    else:
-        report["positives"] = "skipped: the workspace has no passages"
-    report.update({f"skipped_{k}": v for k, v in result.skipped.items()})
-    if result.shortfalls:
-        report["analysis_shortfalls"] = len(result.shortfalls)
+    report = TrexQuestionsReport(
+        dataset=dataset, facts=len(facts), questions=questions.num_rows,
+        splits=dict(sorted(Counter(questions.column("split").to_pylist()).items())), skipped=dict(result.skipped),
+        questions_with_positive=(sum(r["with_positive"] for r in positives_report)
+                                 if positives_report is not None else None),
+        positives=None if positives_report is not None else "skipped: the workspace has no passages",
+        analysis_shortfalls=len(result.shortfalls),
+    )  # fmt: skip
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
         for table in ("questions", "metrics"):
             tx.replace_source(table, source)
         tx.write("questions", questions, source=source)
         tx.write("metrics", _metric_rows(dataset, source, _trex_figures(result, positives_report), params), source=source)
-        tx.report = report
+        tx.report = report.ledger()
     log.info("%s: %s", stage, report)
-    return {**report, "noop": False}
+    return report
 
 
 # --- PAQ ------------------------------------------------------------------------------------
@@ -229,7 +259,7 @@ def paq_questions_flow(
     negatives: int = 1,
     memory_limit: str = "1GB",
     workspace: str | None = None,
-) -> dict[str, Any]:
+) -> PaqQuestionsReport:
     """The thesis' PAQ sample (one question for each of N passages, 70/15/15) and its flipped rows."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
@@ -242,15 +272,15 @@ def paq_questions_flow(
               "negatives": negatives, "train": str(config.train_fraction), "dev": str(config.dev_fraction)}
     stage = f"questions-paq:{dataset}"
     stage_fp = fingerprint(stage, file_sha256(source_path), params)
-    if ws.stage_is_current(stage, stage_fp):
-        log.info("%s: same file and parameters as last time (no-op)", stage)
-        return {**ws.stage_record(stage).report, "noop": True}
+    done = finished_report(ws, stage, stage_fp, PaqQuestionsReport, "same file and parameters")
+    if done is not None:
+        return done
     tmp = ws.tmp_dir / f"paq-{uuid.uuid4().hex[:8]}"
     try:
         result = sample_paq(source_path, tmp, dataset, config)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report = {"dataset": dataset, "path": str(source_path), **result.report}
+    report = PaqQuestionsReport(dataset=dataset, path=str(source_path), sample=dict(result.report))
     figures = [(None, key, value, None) for key, value in result.report.items()]
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
         for table in ("questions", "flipped", "metrics"):
@@ -258,9 +288,9 @@ def paq_questions_flow(
         tx.write("questions", result.questions, source=stage)
         tx.write("flipped", result.flipped, source=stage)
         tx.write("metrics", _metric_rows(dataset, stage, figures, params), source=stage)
-        tx.report = report
+        tx.report = report.ledger()
     log.info("%s: %s", stage, report)
-    return {**report, "noop": False}
+    return report
 
 
 # --- imports --------------------------------------------------------------------------------
@@ -276,7 +306,7 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
 @flow(name="import-questions")
 def import_questions_flow(
     fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None
-) -> dict[str, Any]:
+) -> ImportQuestionsReport:
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`)."""
     log = stage_logger()
     if fmt not in FORMATS:
@@ -286,9 +316,9 @@ def import_questions_flow(
     imported = import_questions(fmt, source_path, dataset, split)  # validates the path and layout
     stage = f"import-questions:{dataset}:{split}"
     stage_fp = fingerprint(stage, fmt, _files_sha([p for p in _import_files(fmt, source_path, split) if p.exists()]))
-    if ws.stage_is_current(stage, stage_fp):
-        log.info("%s: same file as last time (no-op)", stage)
-        return {**ws.stage_record(stage).report, "noop": True}
+    done = finished_report(ws, stage, stage_fp, ImportQuestionsReport, "same file as last time")
+    if done is not None:
+        return done
 
     counts: Counter[str] = Counter()
     tmp = ws.tmp_dir / f"import-{uuid.uuid4().hex[:8]}"
@@ -304,8 +334,7 @@ def import_questions_flow(
                 counts["questions_with_positive"] += sum(1 for ids in positives if ids)
             writer.close()
             if imported.passages is not None:
-                snapshot = ws.snapshot()
-                others = [ws.root / e.path for e in snapshot.files("passages") if e.source != stage]
+                others = passage_files(ws, except_source=stage)
                 writer = tx.writer("passages", source=stage, prefix="passages")
                 for batch in dedupe_passages(imported.passages, tmp, memory_limit, exclude=others):
                     writer.write(batch.drop_columns(["source"]).append_column(
@@ -318,12 +347,15 @@ def import_questions_flow(
                     writer.write(batch)
                     counts["qrels"] += batch.num_rows
                 writer.close()
-            report = {"format": fmt, "path": str(source_path), "dataset": dataset, "split": split, **counts}
+            report = ImportQuestionsReport(format=fmt, path=str(source_path), dataset=dataset, split=split,
+                                           questions=counts["questions"],
+                                           questions_with_positive=counts["questions_with_positive"],
+                                           passages=counts["passages"], qrels=counts["qrels"])  # fmt: skip
             figures = [(split, key, value, None) for key, value in counts.items()]
             tx.write("metrics", _metric_rows(dataset, stage, figures, {"format": fmt, "path": str(source_path)}),
                      source=stage)
-            tx.report = report
+            tx.report = report.ledger()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("%s: %s", stage, report)
-    return {**report, "noop": False}
+    return report

@@ -16,8 +16,11 @@ from typing import Literal
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
+from pipelines.dense.shard_plan import threads_per_task
+
 DASK_ADDRESS_ENV = "ODQA_DASK_ADDRESS"
 RunnerKind = Literal["threads", "processes", "dask"]
+_host_slots: dict[str, int] = {}  # per process: scheduler address -> task slots of its workers on this host
 
 
 def dask_address(address: str | None = None) -> str | None:
@@ -73,3 +76,67 @@ def mapping_runner(runner: RunnerSettings | None) -> RunnerSettings | None:
     if runner is None and dask_address():
         return RunnerSettings(kind="dask")
     return runner
+
+
+# --- threads of the tasks on one machine ----------------------------------------------------
+
+
+def task_threads(runner: RunnerSettings) -> int | None:
+    """Intra-op threads per task of a runner on this machine; None for a remote Dask cluster,
+    whose workers work it out from the cluster (`_limit_threads`)."""
+    if dask_address(runner.dask_address):
+        return None
+    cores = os.cpu_count() or 1
+    concurrent = runner.workers or (2 if runner.kind == "dask" else cores)  # make_task_runner's defaults
+    return threads_per_task(cores, concurrent)
+
+
+def _dask_slots_on_this_host() -> int | None:
+    """Threads of all Dask workers on this worker's host, or None outside a Dask worker."""
+    try:
+        from distributed import get_client, get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return None
+    scheduler = worker.scheduler.address
+    if scheduler not in _host_slots:
+        workers = get_client().scheduler_info()["workers"]
+        host = workers[worker.address]["host"] if worker.address in workers else worker.ip
+        slots = sum(w["nthreads"] for w in workers.values() if w["host"] == host)
+        _host_slots[scheduler] = slots or worker.state.nthreads
+    return _host_slots[scheduler]
+
+
+def limit_threads(threads: int | None) -> int:
+    """Set this task's torch (and FAISS) intra-op threads; returns the number set."""
+    import torch
+
+    if threads is None:
+        slots = _dask_slots_on_this_host()
+        threads = threads_per_task(os.cpu_count() or 1, slots) if slots else torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+    except ImportError:
+        pass
+    return threads
+
+
+class RestoreTorchThreads:
+    """Tasks on a local runner set torch's thread count of this process; put it back after."""
+
+    def __enter__(self) -> None:
+        import torch
+
+        self.threads = torch.get_num_threads()
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        torch.set_num_threads(self.threads)
+
+
+# --- encoding -------------------------------------------------------------------------------

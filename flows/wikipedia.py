@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
 from flows.runtime import stage_logger
+from flows.stages import finished_report
 from flows.task_runners import RunnerSettings, mapping_runner
 from pipelines.progress import progress
 from pipelines.wikipedia.dump_reader import RawPage
@@ -36,8 +37,12 @@ from pipelines.wikipedia.ingest import (
     ordered_results,
     process_chunk,
 )
+from pipelines.wikipedia.page_diff import DiffCounts, PageHashes, PageHashWriter, PreviousRows, diff_chunks
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
+from storage.ingest_state import forget_page_hashes, page_hashes_file, page_hashes_meta, record_page_hashes
+from storage.reports import Report
+from storage.tables import table_dataset
 
 STAGE = "ingest-wikipedia"
 SOURCE = "wikipedia"
@@ -57,13 +62,28 @@ def dump_fingerprint(dump: Path, options: IngestOptions) -> str:
     return fingerprint(STAGE, file_sha256(dump), params)
 
 
+@dataclass
+class IngestReport(Report):
+    dump: str
+    resumed_chunks: int  # chunks an interrupted earlier attempt had finished: taken over, not redone
+    pages: dict[str, int]  # pages read, by kind
+    skipped: dict[str, int]  # pages or passages left out, by reason
+    rows: dict[str, int] = field(default_factory=dict)  # rows of each table after the ingest
+    problems: list[str] = field(default_factory=list)  # defects of the input, one line per page
+    cleaned_on: str | None = None
+    incremental: bool | None = None  # re-index: only changed pages were cleaned again
+    pages_recleaned: int | None = None
+    pages_reused: int | None = None
+    pages_removed: int | None = None
+
+
 def ingest_dump(
     ws: Workspace,
     dump: Path,
     options: IngestOptions,
     stage_fingerprint: str,
     chunks: ChunkSource | None = None,
-) -> dict[str, Any]:
+) -> IngestReport:
     """Stream the dump chunk by chunk into one resumable transaction; return the stage report.
 
     `chunks` processes the chunks (default: `iter_chunks`, the local process pool); whatever
@@ -97,21 +117,12 @@ def ingest_dump(
                 skipped.update(chunk.skipped)
                 problems.extend(chunk.problems)
                 bar.update(chunk.pages)
-        report = {
-            "dump": str(dump),
-            "resumed_chunks": resumed,
-            **{f"pages_{k}": v for k, v in sorted(counts.items())},
-            **{f"skipped_{k}": v for k, v in sorted(skipped.items())},
-        }
-        if problems:  # defects of the input, one line per page, so a user can find them
-            report["problems"] = problems[:MAX_PROBLEMS_REPORTED] + (
-                [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"]
-                if len(problems) > MAX_PROBLEMS_REPORTED
-                else []
-            )
-        tx.report = report
+        more = [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"] if len(problems) > MAX_PROBLEMS_REPORTED else []
+        report = IngestReport(dump=str(dump), resumed_chunks=resumed, pages=dict(sorted(counts.items())),
+                              skipped=dict(sorted(skipped.items())), problems=problems[:MAX_PROBLEMS_REPORTED] + more)  # fmt: skip
+        tx.report = report.ledger()
     snapshot = ws.snapshot()
-    report.update({f"rows_{t}": snapshot.rows(t) for t in TABLES})
+    report.rows = {table: snapshot.rows(table) for table in TABLES}
     return report
 
 
@@ -138,7 +149,7 @@ def fingerprint_dump_task(dump: str, options: dict[str, Any]) -> str:
 @task(name="ingest-dump-chunks", tags=["cpu-parallel"])
 def ingest_dump_task(
     workspace: str, dump: str, options: dict[str, Any], stage_fingerprint: str
-) -> dict[str, Any]:
+) -> IngestReport:
     return ingest_dump(Workspace.resolve(workspace), Path(dump), IngestOptions(**options), stage_fingerprint)
 
 
@@ -161,7 +172,7 @@ def runner_slots(settings: RunnerSettings) -> int:
 @flow(name="ingest-wikipedia-chunks")
 def ingest_chunks_flow(
     workspace: str, dump: str, options: dict[str, Any], stage_fingerprint: str, runner: RunnerSettings
-) -> dict[str, Any]:
+) -> IngestReport:
     """The ingest with one `clean-wikipedia-chunk` task per chunk on this flow's task runner.
 
     The flow reads the dump (sequential and cheap), keeps a bounded number of chunks in flight
@@ -188,7 +199,7 @@ def ingest_wikipedia_flow(
     workers: int = 2,
     chunk_pages: int = 1000,
     runner: RunnerSettings | None = None,
-) -> dict[str, Any]:
+) -> IngestReport:
     """Ingest a MediaWiki XML export (.xml / .xml.bz2, multistream too) into the workspace.
 
     `workers`: processes of the local cleaning pool (used when no task runner is given).
@@ -204,17 +215,69 @@ def ingest_wikipedia_flow(
         words_per_passage=words_per_passage, keep_lists=keep_lists, workers=workers, chunk_pages=chunk_pages
     )
     stage_fp = fingerprint_dump_task(str(path), asdict(options))
-    if ws.stage_is_current(STAGE, stage_fp):
-        log.info("%s: unchanged dump and options, nothing to do (no-op)", path.name)
-        record = ws.stage_record(STAGE)
-        return {**(record.report if record else {}), "noop": True}
+    done = finished_report(ws, STAGE, stage_fp, IngestReport, f"{path.name}: unchanged dump and options")
+    if done is not None:
+        return done
     settings = mapping_runner(runner)
     if settings is None:
         report = ingest_dump_task(str(ws.root), str(path), asdict(options), stage_fp)
-        report["cleaned_on"] = f"local process pool (up to {workers} workers)"
+        report.cleaned_on = f"local process pool (up to {workers} workers)"
     else:
         mapped = ingest_chunks_flow.with_options(task_runner=settings.task_runner())
         report = mapped(str(ws.root), str(path), asdict(options), stage_fp, settings)
-        report["cleaned_on"] = settings.describe()
+        report.cleaned_on = settings.describe()
     log.info("ingested %s: %s", path.name, report)
-    return {**report, "noop": False}
+    return report
+
+
+# --- incremental ingest (re-index) ----------------------------------------------------------------
+
+
+def _previous_pages(ws: Workspace, options_fp: str) -> PageHashes | None:
+    """The page hashes of the ingest that made the current tables, or None when they do not
+    describe them (another ingest ran since, other options, none yet): then every page is cleaned."""
+    meta = page_hashes_meta(ws)
+    if meta is None or ws.rows("passages") == 0:
+        return None
+    if meta.get("passages_version") != ws.table_version("passages") or meta.get("options") != options_fp:
+        return None
+    return PageHashes.read(page_hashes_file(ws))
+
+
+def ingest_dump_incremental(ws: Workspace, dump: Path, words_per_passage: int = 100) -> IngestReport:
+    """The Wikipedia ingest stage (same stage, fingerprint and rows as `odqa ingest wikipedia`),
+    cleaning only the pages that changed since the previous re-index's dump."""
+    options = IngestOptions(words_per_passage=words_per_passage)
+    options_fp = fingerprint({k: v for k, v in asdict(options).items() if k != "workers"})
+    stage_fp = dump_fingerprint(dump, options)
+    done = finished_report(ws, STAGE, stage_fp, IngestReport, f"{dump.name}: unchanged dump and options")
+    if done is not None:
+        return done
+    previous = _previous_pages(ws, options_fp)
+    old = None
+    if previous is not None:
+        snapshot = ws.snapshot()
+        old = PreviousRows(*(table_dataset(ws.root, snapshot, t) for t in ("articles", "passages", "category_links")))
+    counts = DiffCounts()
+    writer = PageHashWriter(page_hashes_file(ws))
+
+    def chunks(start: int):
+        raw = iter_raw_chunks(dump, options, start_chunk=start)
+        return diff_chunks(raw, options, previous or PageHashes.empty(), old, counts, writer if start == 0 else None)
+
+    try:
+        report = ingest_dump(ws, dump, options, stage_fp, chunks=chunks)
+    except BaseException:
+        writer.abort()
+        raise
+    if report.resumed_chunks:  # the hashes miss the chunks an earlier attempt wrote
+        writer.abort()
+        forget_page_hashes(ws)
+    else:
+        writer.commit()
+        record_page_hashes(ws, {"passages_version": ws.table_version("passages"), "options": options_fp,
+                                "dump": str(dump)})
+    report.pages_recleaned, report.pages_reused = counts.recleaned, counts.reused
+    report.pages_removed = counts.removed(previous) if previous is not None else 0
+    report.incremental = previous is not None
+    return report

@@ -18,9 +18,7 @@ BCE). Everything is saved with `save_pretrained` as safetensors + config.json + 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import uuid
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +31,11 @@ from transformers import PreTrainedTokenizerBase
 
 from models.config import RetrieverConfig
 from pipelines.progress import progress
+from storage.atomic import building_directory
 
 Inputs = dict[str, torch.Tensor]
+# Fast tokenizers keep per-call padding/truncation state: calls from several threads take turns.
+_TOKENIZER_LOCK = threading.RLock()
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 
@@ -91,80 +92,47 @@ class Retriever(nn.Module):
         return vectors
 
     def tokenize_questions(self, texts: Sequence[str]) -> Inputs:
-        return dict(
-            self.tokenizer(
-                list(texts),
-                padding=True,
-                truncation=True,
-                max_length=self.config.question_max_length,
-                return_tensors="pt",
-            )
-        )
+        with _TOKENIZER_LOCK:
+            return dict(self.tokenizer(list(texts), padding=True, truncation=True,
+                                       max_length=self.config.question_max_length, return_tensors="pt"))
 
     def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> Inputs:
         if len(titles) != len(texts):
             raise ValueError(f"got {len(titles)} titles for {len(texts)} passage texts")
-        return dict(
-            self.tokenizer(
-                [t or "" for t in titles],
-                list(texts),
-                padding=True,
-                truncation="longest_first",
-                max_length=self.config.passage_max_length,
-                return_tensors="pt",
-            )
-        )
+        with _TOKENIZER_LOCK:
+            return dict(self.tokenizer([t or "" for t in titles], list(texts), padding=True,
+                                       truncation="longest_first", max_length=self.config.passage_max_length,
+                                       return_tensors="pt"))
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def encode_questions(
-        self, texts: list[str], batch_size: int = 64, device: str | torch.device | None = None
-    ) -> np.ndarray:
+    def encode_questions(self, texts: list[str], batch_size: int = 64, device: str | torch.device | None = None,
+                         show_progress: bool = True) -> np.ndarray:  # fmt: skip
         """Question vectors, float32 array of shape (len(texts), embedding_dim)."""
         lengths = [len(t) for t in texts]
-        return self._encode(
-            len(texts),
-            lengths,
-            lambda idx: self.tokenize_questions([texts[i] for i in idx]),
-            self.embed_questions,
-            batch_size,
-            device,
-            "questions",
-        )
+        return self._encode(len(texts), lengths, lambda idx: self.tokenize_questions([texts[i] for i in idx]),
+                            self.embed_questions, batch_size, device, "questions", show_progress)  # fmt: skip
 
-    def encode_passages(
-        self,
-        titles: list[str],
-        texts: list[str],
-        batch_size: int = 64,
-        device: str | torch.device | None = None,
-    ) -> np.ndarray:
+    def encode_passages(self, titles: list[str], texts: list[str], batch_size: int = 64,
+                        device: str | torch.device | None = None, show_progress: bool = True) -> np.ndarray:  # fmt: skip
         """Passage vectors (title [SEP] text), float32 array of shape (len(texts), embedding_dim)."""
         if len(titles) != len(texts):
             raise ValueError(f"got {len(titles)} titles for {len(texts)} passage texts")
         lengths = [len(a or "") + len(b) for a, b in zip(titles, texts, strict=True)]
         return self._encode(
-            len(texts),
-            lengths,
+            len(texts), lengths,
             lambda idx: self.tokenize_passages([titles[i] for i in idx], [texts[i] for i in idx]),
-            self.embed_passages,
-            batch_size,
-            device,
-            "passages",
-        )
+            self.embed_passages, batch_size, device, "passages", show_progress,
+        )  # fmt: skip
 
-    def _encode(
-        self,
-        count: int,
-        lengths: list[int],
-        tokenize: Callable[[list[int]], Inputs],
-        embed: Callable[[Inputs], torch.Tensor],
-        batch_size: int,
-        device: str | torch.device | None,
-        what: str,
-    ) -> np.ndarray:
+    def _encode(self, count: int, lengths: list[int], tokenize: Callable[[list[int]], Inputs],
+                embed: Callable[[Inputs], torch.Tensor], batch_size: int, device: str | torch.device | None,
+                what: str, show_progress: bool) -> np.ndarray:  # fmt: skip
+        """Encode in batches of similar lengths. Several threads may encode with one model at once
+        (a search service does): tokenizers take a lock, and a model already in eval mode (as
+        loaded) is never switched, so no thread changes state another one reads."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if device is not None:
@@ -174,16 +142,19 @@ class Retriever(nn.Module):
         order = sorted(range(count), key=lambda i: -lengths[i])
         out = np.empty((count, self.embedding_dim), dtype=np.float32)
         was_training = self.training
-        self.eval()
+        if was_training:
+            self.eval()
         try:
-            with torch.inference_mode(), progress(count, f"encode {what}", what, leave=False) as bar:
+            with torch.inference_mode(), progress(count, f"encode {what}", what, leave=False,
+                                                  enabled=show_progress) as bar:  # fmt: skip
                 for start in range(0, count, batch_size):
                     idx = order[start : start + batch_size]
                     inputs = {k: v.to(target) for k, v in tokenize(idx).items()}
                     out[idx] = embed(inputs).float().cpu().numpy()
                     bar.update(len(idx))
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train(True)
         return out
 
     def parameter_count(self, trainable_only: bool = False) -> int:
@@ -203,15 +174,8 @@ class Retriever(nn.Module):
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write config.json + model.safetensors + tokenizer files; atomic (temp folder, rename)."""
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = directory.parent / f".{directory.name}.tmp-{uuid.uuid4().hex}"
-        staging.mkdir()
-        try:
+        with building_directory(directory) as staging:
             self.write_model_files(staging)
-            replace_directory(staging, directory)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return directory
 
     def write_model_files(self, folder: Path) -> None:
@@ -220,25 +184,6 @@ class Retriever(nn.Module):
         # save_model de-duplicates tensors shared between towers (SDE, ADE-STE, ...).
         save_model(self, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
         self.tokenizer.save_pretrained(str(folder))
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path) -> Retriever:
-        """Load any odqa retriever folder (or a plain HF / sentence-transformers checkpoint)."""
-        from models.retriever import load_retriever  # the loader knows every subclass
-
-        return load_retriever(directory)
-
-
-def replace_directory(staging: Path, target: Path) -> None:
-    """Move a fully written `staging` folder to `target`, replacing an older `target`."""
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-        os.replace(target, old)
-        os.replace(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, target)
-
 
 def load_weights(retriever: Retriever, weights: Path) -> None:
     """Load a model.safetensors into `retriever`, which must have exactly the same parameters."""

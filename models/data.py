@@ -8,10 +8,9 @@ seen without stopping.
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 import torch
 
 from models.base import Inputs, Retriever
+from storage.atomic import write_parquet_atomic
 
 Passage = tuple[str, str]  # (title, text)
 
@@ -87,13 +87,6 @@ class MultiSetSampler:
     @classmethod
     def single(cls, examples: Sequence[TrainingExample], seed: int = 0) -> MultiSetSampler:
         return cls([examples], [1.0], seed)
-
-    @classmethod
-    def from_mapping(
-        cls, datasets: Mapping[str, tuple[Sequence[TrainingExample], float]], seed: int = 0
-    ) -> MultiSetSampler:
-        names = list(datasets)
-        return cls([datasets[n][0] for n in names], [datasets[n][1] for n in names], seed, names)
 
     @property
     def epoch_size(self) -> int:
@@ -261,10 +254,7 @@ def write_examples(examples: Sequence[TrainingExample], path: Path) -> None:
         }
         for e in examples
     ]
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pylist(rows, schema=EXAMPLE_SCHEMA), temporary)
-    os.replace(temporary, path)
+    write_parquet_atomic(pa.Table.from_pylist(rows, schema=EXAMPLE_SCHEMA), path)
 
 
 def read_examples(path: Path) -> list[TrainingExample]:

@@ -87,10 +87,6 @@ class DesireMeRetriever(Retriever):
     def embedding_dim(self) -> int:
         return self.base.embedding_dim
 
-    def passage_fingerprint(self) -> str:
-        """Fingerprint of the passage side: the base model's, since passages are embedded by it."""
-        return self.base.config_fingerprint()
-
     def train(self, mode: bool = True) -> DesireMeRetriever:
         super().train(mode)
         if self.config.desire_me.freeze_base:

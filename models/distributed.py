@@ -75,14 +75,6 @@ def barrier(context: DistributedContext) -> None:
         dist.barrier()
 
 
-def all_reduce_mean(value: float, context: DistributedContext) -> float:
-    if not context.enabled:
-        return value
-    tensor = torch.tensor([value], device=context.device, dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor.item()) / context.world_size
-
-
 def main_decides(flag: bool, context: DistributedContext) -> bool:
     """Rank 0's `flag` on every rank: a decision taken from the wall clock (time to checkpoint)
     differs between processes, and a collective step that only some ranks enter would hang."""

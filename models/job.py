@@ -24,6 +24,7 @@ from models.data import MultiSetSampler, read_examples
 from models.dev_eval import InMemoryDevEvaluator
 from models.retriever import create_retriever
 from models.trainer import Trainer, TrainingConfig, TrainResult
+from storage.atomic import atomic_write_json
 
 
 @dataclass
@@ -45,9 +46,7 @@ class TrainingJob:
     result_path: str | None = None
 
     def write(self, path: Path) -> None:
-        temporary = Path(path).with_name(f".{Path(path).name}.tmp")
-        temporary.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
-        os.replace(temporary, path)
+        atomic_write_json(path, asdict(self))
 
     @classmethod
     def read(cls, path: Path) -> TrainingJob:
@@ -75,9 +74,7 @@ def run_job(job: TrainingJob) -> TrainResult:
             "checkpoint_dir": str(result.checkpoint_dir),
             "retriever_config": retriever.config.to_dict(),
         }
-        temporary = Path(job.result_path).with_name(f".{Path(job.result_path).name}.tmp")
-        temporary.write_text(json.dumps(document, indent=2), encoding="utf-8")
-        os.replace(temporary, job.result_path)
+        atomic_write_json(job.result_path, document)
     return result
 
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from models.base import WEIGHTS_NAME, Retriever, load_weights, replace_directory
+from models.base import WEIGHTS_NAME, Retriever, load_weights
 from models.config import DESIRE_ME_ARCHS
 from models.data import Batch, MultiSetSampler, TrainingExample, collate, derived_seed
 from models.dev_eval import DevEvaluator
@@ -49,6 +49,7 @@ from models.distributed import (
 from models.losses import OBJECTIVES, objective
 from models.training_state import is_checkpoint, read_training_files, write_training_files
 from pipelines.progress import Progress
+from storage.atomic import replace_directory
 
 AMP_MODES = ("auto", "bf16", "fp16", "none")
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from storage.atomic import atomic_text_file
+
 DPR_TSV_HEADER = ["id", "text", "title"]
 PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]
 
@@ -119,9 +121,8 @@ def write_dpr_tsv(batches: Iterable[pa.RecordBatch], out: Path) -> int:
 
     Written to a temporary name and renamed, so an interrupted export never looks complete.
     """
-    tmp = out.with_name(f".{out.name}.tmp")
     count = 0
-    with open(tmp, "w", encoding="utf-8", newline="") as handle:
+    with atomic_text_file(out, newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(DPR_TSV_HEADER)
         for batch in batches:
@@ -133,5 +134,4 @@ def write_dpr_tsv(batches: Iterable[pa.RecordBatch], out: Path) -> int:
             ):
                 writer.writerow([pid, text, title])
                 count += 1
-    tmp.replace(out)
     return count

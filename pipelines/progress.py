@@ -142,13 +142,6 @@ class Progress:
         # A generator whose consumer stopped early is closed with GeneratorExit: not a failure.
         self.close(failed=exc_type is not None and not issubclass(exc_type, GeneratorExit))
 
-    def set_total(self, total: int | None) -> None:
-        """The total once it is known (a stream whose length is learned while reading)."""
-        self.total = total
-        if self._bar is not None:
-            self._bar.total = total
-            self._bar.refresh()
-
     def set_fields(self, **fields: Any) -> None:
         """Update the extra fields (e.g. ``loss=``, ``lr=``) without advancing."""
         self.fields.update(fields)

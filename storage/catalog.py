@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from storage.snapshot import Snapshot
-from storage.tables import empty_table_file, known_tables, table_paths
+from storage.table_files import empty_table_file, known_tables, table_paths
 
 CATALOG_FILE = "catalog.duckdb"
 _STATE_TABLE = "_odqa_catalog_state"

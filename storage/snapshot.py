@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from storage.atomic import atomic_write_text
 
 SNAPSHOT_FILE = "snapshot.json"
 HISTORY_DIR = "snapshots"
@@ -93,16 +94,6 @@ def load_snapshot(root: Path) -> Snapshot:
         return Snapshot()
     except json.JSONDecodeError as exc:  # only a hand-edited file can get here: writes are atomic
         raise RuntimeError(f"{path} is not valid JSON ({exc}); restore it from {root / HISTORY_DIR}") from exc
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def save_snapshot(root: Path, snapshot: Snapshot) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from storage.schemas import SCHEMAS, conform, schema_for
+from storage.atomic import atomic_write_text, slug, write_parquet_atomic
+from storage.catalog import refresh_catalog
+from storage.schemas import conform, schema_for
 from storage.snapshot import (
     FileEntry,
     Snapshot,
@@ -35,18 +36,13 @@ from storage.snapshot import (
     save_snapshot,
     workspace_lock,
 )
+from storage.table_files import EMPTY_DIR, TABLES_DIR, empty_table_file, table_paths
 
-TABLES_DIR = "tables"
 STAGING_DIR = "staging"
-EMPTY_DIR = "_empty"
 KEEP_SNAPSHOTS = 3
 ROWS_PER_PART = 250_000
 
 Rows = pa.Table | pa.RecordBatch | list[dict[str, Any]]
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "stage"
 
 
 def _to_table(data: Rows, table: str) -> pa.Table:
@@ -55,26 +51,6 @@ def _to_table(data: Rows, table: str) -> pa.Table:
         if data.num_columns == 0:
             return schema_for(table).empty_table()
     return conform(data, table)
-
-
-def write_parquet_atomic(data: pa.Table, path: Path) -> None:
-    """Write a complete Parquet file, visible under `path` only once fully written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    pq.write_table(data, tmp, compression="zstd")
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def empty_table_file(root: Path, table: str) -> Path:
-    """A zero-row Parquet file with the table's schema, so empty tables keep typed columns."""
-    path = root / TABLES_DIR / EMPTY_DIR / f"{table}.parquet"
-    schema = schema_for(table)
-    if path.exists() and pq.read_schema(path).equals(schema):
-        return path
-    write_parquet_atomic(schema.empty_table(), path)
-    return path
 
 
 class ConcurrentUpdateError(RuntimeError):
@@ -130,12 +106,12 @@ class Transaction:
         if resumable:
             if not fingerprint:
                 raise ValueError("a resumable transaction needs a fingerprint")
-            name = f"{_slug(stage)}-{fingerprint[:16]}"
-            for old in staging_root.glob(f"{_slug(stage)}-*"):  # an earlier attempt with other inputs
+            name = f"{slug(stage)}-{fingerprint[:16]}"
+            for old in staging_root.glob(f"{slug(stage)}-*"):  # an earlier attempt with other inputs
                 if old.name != name:
                     shutil.rmtree(old, ignore_errors=True)
         else:
-            name = f"{_slug(stage)}-{uuid.uuid4().hex[:12]}"
+            name = f"{slug(stage)}-{uuid.uuid4().hex[:12]}"
         self.resumable = resumable
         self.staging = staging_root / name
         self.staging.mkdir(parents=True, exist_ok=True)
@@ -155,11 +131,7 @@ class Transaction:
 
     # -- staging ------------------------------------------------------------------------------
     def _part_path(self, table: str, part: str) -> Path:
-        return self.staging / table / f"{_slug(part)}.parquet"
-
-    def has_part(self, table: str, part: str) -> bool:
-        """True when a resumed transaction already staged this part completely."""
-        return self._part_path(table, part).exists()
+        return self.staging / table / f"{slug(part)}.parquet"
 
     def adopt_part(self, table: str, part: str, source: str) -> None:
         """Take over a part staged by an earlier, interrupted attempt of this transaction."""
@@ -190,15 +162,13 @@ class Transaction:
             self.write(table, data, source=source, part=key)
             if key in self._staged.get(table, {}):
                 staged[table] = self._staged[table][key][1]
-        marker = self.staging / "_done" / f"{_slug(key)}.json"
+        marker = self.staging / "_done" / f"{slug(key)}.json"
         marker.parent.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"source": source, "rows": staged, "meta": meta or {}}), encoding="utf-8")
-        os.replace(tmp, marker)
+        atomic_write_text(marker, json.dumps({"source": source, "rows": staged, "meta": meta or {}}))
 
     def group_done(self, key: str) -> dict[str, Any] | None:
         """The group's `meta` (and its parts adopted) when an earlier attempt finished `key`."""
-        marker = self.staging / "_done" / f"{_slug(key)}.json"
+        marker = self.staging / "_done" / f"{slug(key)}.json"
         if not marker.exists():
             return None
         info = json.loads(marker.read_text(encoding="utf-8"))
@@ -255,7 +225,7 @@ class Transaction:
                 entries = [e for e in entries if e.source not in drop]
                 for part in sorted(self._staged.get(table, {})):
                     source, rows = self._staged[table][part]
-                    target = Path(TABLES_DIR) / table / f"{self._txid}-{_slug(part)}.parquet"
+                    target = Path(TABLES_DIR) / table / f"{self._txid}-{slug(part)}.parquet"
                     (self.root / target).parent.mkdir(parents=True, exist_ok=True)
                     os.replace(self._part_path(table, part), self.root / target)
                     entries.append(FileEntry(path=str(target), source=source, rows=rows))
@@ -271,8 +241,6 @@ class Transaction:
             _collect_garbage(self.root)
         self._closed = True
         shutil.rmtree(self.staging, ignore_errors=True)
-        from storage.catalog import refresh_catalog  # late import: catalog imports this module
-
         refresh_catalog(self.root, committed, strict=False)
         return committed
 
@@ -307,10 +275,6 @@ def _collect_garbage(root: Path) -> None:
     prune_history(root, keep=10)
 
 
-def table_paths(root: Path, snapshot: Snapshot, table: str) -> list[Path]:
-    return [root / entry.path for entry in snapshot.files(table)]
-
-
 def table_dataset(root: Path, snapshot: Snapshot, table: str) -> ds.Dataset:
     """A pyarrow dataset over the table's current parts, with the registered schema."""
     schema = schema_for(table)
@@ -334,6 +298,3 @@ def scan_table(
     dataset = table_dataset(root, snapshot, table)
     yield from dataset.to_batches(columns=columns, batch_size=batch_size, filter=filter)
 
-
-def known_tables(snapshot: Snapshot) -> Iterable[str]:
-    return sorted(set(SCHEMAS) | set(snapshot.tables))

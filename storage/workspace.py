@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from storage import catalog, tables
+from storage.atomic import slug
 from storage.snapshot import Snapshot, StageRecord, load_snapshot
 
 ENV_VAR = "ODQA_WORKSPACE"
@@ -47,6 +48,10 @@ class Workspace:
     @property
     def plots_dir(self) -> Path:
         return self._dir("plots")
+
+    def plot_path(self, name: str) -> Path:
+        """Where the plot called `name` goes (`<workspace>/plots/<name>.png`, name made file-safe)."""
+        return self.plots_dir / f"{slug(name, 'plot')}.png"
 
     @property
     def tmp_dir(self) -> Path:

@@ -1,7 +1,8 @@
 """`odqa` command line. Each verb module registers its commands on import.
 
-To add verbs: create `flows/cli/<area>.py` that imports `main` (or a sub-group) from
-`flows.cli.groups` and decorates its commands, then add the module name to VERB_MODULES.
+One module per verb, named after it (`flows/cli/<verb>.py`); a verb group (ingest, import, index,
+...) is declared in `flows.cli.groups`. To add a verb: create its module, decorate its command
+with `main` or its group, then add the module name to VERB_MODULES.
 """
 
 from __future__ import annotations
@@ -12,16 +13,26 @@ from flows.cli.groups import main
 
 VERB_MODULES = [
     "ingest",
-    "passages",
+    "imports",
+    "export",
     "questions",
-    "retrieval",
-    "evaluation",
-    "training",
-    "dense",
+    "label",
+    "bm25",
+    "negatives",
+    "retrieve",
+    "evaluate",
+    "compare",
+    "train",
+    "encode",
+    "index",
+    "tune_hybrid",
+    "search",
+    "mine",
+    "plot",
+    "reindex",
+    "serve",
     "sql",
     "demo",
-    "categories",
-    "serve",
 ]
 
 for _name in VERB_MODULES:

@@ -110,3 +110,49 @@ def import_group() -> None:
 @main.group("export")
 def export_group() -> None:
     """Export workspace tables in standard formats."""
+
+
+@main.group("questions")
+def questions_group() -> None:
+    """Build question datasets: template questions from Wikidata facts, PAQ samples."""
+
+
+@main.group("label")
+def label_group() -> None:
+    """Derive labels from the ingested sources (domains from the Wikipedia category graph)."""
+
+
+@main.group("bm25")
+def bm25_group() -> None:
+    """The Lucene BM25 index of the passages (pyserini; needs a JDK 21+)."""
+
+
+@main.group("negatives")
+def negatives_group() -> None:
+    """Hard negatives for training, written to questions.hard_negative_ids."""
+
+
+@main.group("index")
+def index_group() -> None:
+    """FAISS indexes of a model's passage embeddings."""
+
+
+@main.group("plot")
+def plot_group() -> None:
+    """Plots written to <workspace>/plots."""
+
+
+# Option texts several verbs share.
+MODEL_HELP = "Model id of the models table, or a Hugging Face name / model folder."
+INDEX_TYPES = ["flat", "hnsw", "ivfpq"]
+MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
+
+
+def parse_cutoffs(value: str) -> list[int]:
+    """`--k 1,5,20,100` as a list of cut-offs (a usage error when malformed)."""
+    from pipelines.evaluation.metrics import parse_ks
+
+    try:
+        return list(parse_ks(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc

@@ -1,4 +1,4 @@
-"""`odqa ingest wikipedia`: a MediaWiki XML dump into articles, passages and category_links."""
+"""`odqa ingest wikipedia` (a MediaWiki XML dump) and `odqa ingest categories` (category-graph SQL dumps)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,50 @@ def ingest_wikipedia(ctx: click.Context, dump: str, words_per_passage: int, keep
         workers=workers, chunk_pages=chunk_pages, runner=runner_settings(runner, runner_workers, dask_address),
     )  # fmt: skip
     echo_report("ingest wikipedia", report)
+
+
+@ingest_group.command("categories")
+@click.option(
+    "--page", "page", type=click.Path(exists=True, dir_okay=False), required=True, help="page.sql(.gz)"
+)
+@click.option(
+    "--categorylinks",
+    type=click.Path(exists=True, dir_okay=False),
+    required=True,
+    help="categorylinks.sql(.gz), with cl_to (legacy) or cl_target_id (MediaWiki 1.44+).",
+)
+@click.option(
+    "--linktarget",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="linktarget.sql(.gz); needed when categorylinks uses cl_target_id.",
+)
+@click.option(
+    "--redirect",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="redirect.sql(.gz): redirect targets, so article and category redirects are followed.",
+)
+@click.option("--skip-bad", is_flag=True, help="Skip corrupt statements/rows (counted) instead of stopping.")
+@click.pass_context
+def ingest_categories(
+    ctx: click.Context,
+    page: str,
+    categorylinks: str,
+    linktarget: str | None,
+    redirect: str | None,
+    skip_bad: bool,
+) -> None:
+    """Ingest MediaWiki SQL dumps into category_links (and articles when no XML dump was ingested)."""
+    from flows.categories import ingest_categories_flow
+
+    report = ingest_categories_flow(
+        page=page,
+        categorylinks=categorylinks,
+        linktarget=linktarget,
+        redirect=redirect,
+        skip_bad=skip_bad,
+        workspace=workspace_arg(ctx),
+    )
+    echo_report("ingest categories", report)
+

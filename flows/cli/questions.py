@@ -1,20 +1,13 @@
-"""`odqa questions trex|paq` and `odqa import questions`: question datasets into the workspace."""
+"""`odqa questions trex|paq`: template questions from Wikidata facts, PAQ samples."""
 
 from __future__ import annotations
 
 import click
 
-from flows.cli.groups import import_group, main, workspace_arg
+from flows.cli.groups import questions_group, workspace_arg
 from flows.cli.report import echo_report
 
-QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
 WIKIDATA = "https://query.wikidata.org/sparql"
-
-
-@main.group("questions")
-def questions_group() -> None:
-    """Build question datasets: template questions from Wikidata facts, PAQ samples."""
-
 
 @questions_group.command("trex")
 @click.option("--sparql", metavar="URL", help=f"SPARQL endpoint to query ('wikidata' = {WIKIDATA}).")
@@ -76,16 +69,3 @@ def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, se
                                 negatives=negatives, memory_limit=memory_limit, workspace=workspace_arg(ctx))
     echo_report("questions paq", report)
 
-
-@import_group.command("questions")
-@click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
-@click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
-@click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
-@click.argument("path", type=click.Path(exists=True))
-@click.pass_context
-def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, path: str) -> None:
-    """Import PATH (a file; a folder for beir and entityquestions) into questions (+ passages, qrels)."""
-    from flows.questions import import_questions_flow
-
-    report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx))
-    echo_report("import questions", report)

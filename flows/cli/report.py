@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:  # reports are dataclasses of storage.reports; imported by the flows, not by --help
+    from storage.reports import Report
 
 MAX_VALUE_WIDTH = 100
 
@@ -34,10 +37,9 @@ def report_table(report: dict[str, Any]) -> str:
     return "\n".join(line.rstrip() for line in table.splitlines())
 
 
-def echo_report(title: str, report: dict[str, Any]) -> None:
+def echo_report(title: str, report: Report) -> None:
     """A title line saying whether work was done, then the figures indented under it."""
-    status = "no-op (inputs unchanged)" if report.get("noop") else "done"
-    click.echo(f"{title}: {status}")
-    table = report_table(report)
+    click.echo(f"{title}: {'no-op (inputs unchanged)' if report.noop else 'done'}")
+    table = report_table(report.figures())
     if table:
         click.echo("\n".join(f"  {line}" for line in table.splitlines()))

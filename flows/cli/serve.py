@@ -1,17 +1,20 @@
-"""`odqa serve`: the HTTP search service over the current index release (flows/serve.py)."""
+"""`odqa serve`: the HTTP search service over the workspace's published indexes (the `service` package)."""
 
 from __future__ import annotations
 
 import click
 
-from flows.cli.groups import main, workspace_arg
+from flows.cli.groups import INDEX_TYPES, main, workspace_arg
 
 
 @main.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8000, show_default=True)
 @click.option("--model", default=None,
-              help="Question encoder (default: the release's model; a query-side fine-tune of it also works).")
+              help="Question encoder (default: the release's default model; a query-side fine-tune of a served "
+                   "model also works).")
+@click.option("--index-type", type=click.Choice(INDEX_TYPES), default=None,
+              help="Dense index searched (default: flat if built, else hnsw, else ivfpq).")
 @click.option("--retriever", type=click.Choice(["bm25", "dense", "hybrid"]), default="dense", show_default=True,
               help="Retriever of requests that name none.")  # fmt: skip
 @click.option("--max-wait-ms", type=click.FloatRange(min=0, max=50), default=5.0, show_default=True,
@@ -19,22 +22,25 @@ from flows.cli.groups import main, workspace_arg
 @click.option("--max-batch", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
               help="Most questions encoded in one batch.")  # fmt: skip
 @click.option("--poll-seconds", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="How often to check indexes/current.json for a new release.")  # fmt: skip
+              help="How often to check for a newly published release.")  # fmt: skip
 @click.option("--torch-threads", type=click.IntRange(min=1), default=None,
               help="torch intra-op threads per encoder worker (default: half the cores).")
 @click.option("--encoder-workers", type=click.IntRange(min=1, max=64), default=None,
               help="Question-encoding batches run at once, threads sharing the model "
                    "(default: cores / torch threads).")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, model: str | None, retriever: str, max_wait_ms: float,
-          max_batch: int, poll_seconds: float, torch_threads: int | None, encoder_workers: int | None) -> None:  # fmt: skip
+def serve(ctx: click.Context, host: str, port: int, model: str | None, index_type: str | None, retriever: str,
+          max_wait_ms: float, max_batch: int, poll_seconds: float, torch_threads: int | None,
+          encoder_workers: int | None) -> None:  # fmt: skip
     """Serve POST /search, GET /health, GET /index, a search page at / and OpenAPI docs at /docs.
 
-    Answers from the release indexes/current.json names and follows it: a re-index that switches
-    the pointer is loaded beside the old release and swapped in atomically; no Prefect server runs."""
-    from flows.serve import serve as run_service
+    Answers from the indexes the workspace published last (every `odqa bm25 index`, `odqa index
+    build` and `odqa reindex` publishes its builds) and follows them: a newly published release is
+    loaded beside the old one and swapped in atomically; no Prefect server runs."""
+    from service.run import serve as run_service
 
     click.echo(f"odqa serve: http://{host}:{port}/ (docs at /docs); Ctrl-C stops", err=True)
-    run_service(workspace_arg(ctx), host, port, model=model, retriever=retriever, max_wait_ms=max_wait_ms,
+    run_service(workspace_arg(ctx), host, port, model=model, index_type=index_type, retriever=retriever,
+                max_wait_ms=max_wait_ms,
                 max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads,
                 encoder_workers=encoder_workers)  # fmt: skip

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.categories.titles import normalize_titles
+from storage.atomic import atomic_write
 
 __all__ = [
     "CoverageReport",
@@ -294,9 +295,7 @@ def plot_domain_counts(report: CoverageReport, path: str | Path, title: str = "D
         ax.set_title(title)
         ax.legend()
         fig.tight_layout()
-        tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, format="png", dpi=110)
-        tmp.replace(path)
+        atomic_write(path, lambda handle: fig.savefig(handle, format="png", dpi=110))
     finally:
         plt.close(fig)
     return path

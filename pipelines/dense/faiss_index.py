@@ -16,13 +16,13 @@ never the corpus. An index may itself be split into parts (one FAISS index per g
 shards, ``shards_per_part``, or per ``max_part_vectors`` vectors, which is how the planner in
 ``index_planner`` keeps each part within a memory budget); a search asks every part and merges
 the per-part top-k, which is exact because every part returns inner products. Parts larger than
-RAM are searched memory-mapped (``open_index(mmap=True)``: flat codes and IVF lists stay on disk
+RAM are searched memory-mapped (``open_faiss_index(mmap=True)``: flat codes and IVF lists stay on disk
 and in the page cache, not in the process).
 FAISS GPUs are used when faiss-gpu is installed and sees a GPU: k-means training of IVF
 centroids and flat search (HNSW has no GPU implementation).
 
 ``index.json`` records the model and corpus fingerprints of the embeddings it was built from;
-``open_index`` refuses an index whose fingerprints differ from the caller's with
+``open_faiss_index`` refuses an index whose fingerprints differ from the caller's with
 ``StaleIndexError``, so a retrained model or a re-ingested corpus never gets answers from an
 index of another model or corpus.
 """
@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +43,7 @@ import pyarrow.parquet as pq
 
 from pipelines.dense.sharded_encoding import EncodedCorpus
 from pipelines.progress import progress as progress_bar
+from storage.atomic import atomic_file, atomic_write, atomic_write_text, building_directory
 
 IndexType = Literal["flat", "hnsw", "ivfpq"]
 INDEX_TYPES: tuple[IndexType, ...] = ("flat", "hnsw", "ivfpq")
@@ -191,15 +190,7 @@ def _train_ivfpq(index: faiss.IndexIVFPQ, corpus: EncodedCorpus, params: IndexPa
 
 
 def _write_faiss(index: faiss.Index, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    faiss.write_index(index, str(tmp))
-    os.replace(tmp, path)
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, lambda handle: faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write)))
 
 
 def _max_sq_norm(corpus: EncodedCorpus, block_rows: int) -> float:
@@ -229,15 +220,13 @@ def _flat_part(corpus: EncodedCorpus, lo: int, hi: int, block_rows: int, bar) ->
 
 def _write_ids(corpus: EncodedCorpus, path: Path) -> None:
     """All passage ids in row order, written shard by shard (never all held at once)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with pq.ParquetWriter(tmp, pa.schema([("passage_id", pa.string())])) as writer:
+    with atomic_file(path) as handle, pq.ParquetWriter(handle, pa.schema([("passage_id", pa.string())])) as writer:
         for info in corpus.manifest.shards:
             ids = pq.read_table(corpus.dir / info.ids_file).column("passage_id").cast(pa.string())
             writer.write_table(pa.table({"passage_id": ids}))
-    os.replace(tmp, path)
 
 
-def build_index(
+def build_faiss_index(
     embeddings_dir: Path | str,
     index_dir: Path | str,
     *,
@@ -273,37 +262,28 @@ def build_index(
         index_type=index_type, params=params.to_dict(), dim=manifest.dim, similarity=manifest.similarity,
         num_vectors=len(corpus),
     )
-    building = index_dir.with_name(index_dir.name + ".building")
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir(parents=True)
-
-    template = _new_index(index_type, manifest.dim, params, len(corpus))
-    if index_type == "ivfpq":
-        _train_ivfpq(template, corpus, params, use_gpu)
-    if index_type == "hnsw":
-        meta.phi = _max_sq_norm(corpus, block_rows)
-    bounds = part_bounds([s.count for s in manifest.shards], params.shards_per_part, params.max_part_vectors)
-    with progress_bar(len(corpus), f"index {index_type}", "vec", enabled=progress is not False) as bar:
-        for part_index, (lo, hi) in enumerate(bounds):
-            if index_type == "flat":
-                current = _flat_part(corpus, lo, hi, block_rows, bar)
-            else:
-                current = faiss.clone_index(template)
-                for _, block in corpus.iter_blocks(block_rows, lo, hi):
-                    current.add(_augment(block, meta.phi) if index_type == "hnsw" else block)
-                    bar.update(len(block))
-            name = f"part-{part_index:03d}.faiss"
-            _write_faiss(current, building / name)
-            del current
-            meta.parts.append(IndexPart(name, lo, hi - lo))
-    _write_ids(corpus, building / IDS_NAME)
-    _write_text(building / META_NAME, meta.to_json())
-    retired = index_dir.with_name(index_dir.name + ".old")
-    shutil.rmtree(retired, ignore_errors=True)
-    if index_dir.exists():
-        os.replace(index_dir, retired)
-    os.replace(building, index_dir)
-    shutil.rmtree(retired, ignore_errors=True)
+    with building_directory(index_dir) as building:
+        template = _new_index(index_type, manifest.dim, params, len(corpus))
+        if index_type == "ivfpq":
+            _train_ivfpq(template, corpus, params, use_gpu)
+        if index_type == "hnsw":
+            meta.phi = _max_sq_norm(corpus, block_rows)
+        bounds = part_bounds([s.count for s in manifest.shards], params.shards_per_part, params.max_part_vectors)
+        with progress_bar(len(corpus), f"index {index_type}", "vec", enabled=progress is not False) as bar:
+            for part_index, (lo, hi) in enumerate(bounds):
+                if index_type == "flat":
+                    current = _flat_part(corpus, lo, hi, block_rows, bar)
+                else:
+                    current = faiss.clone_index(template)
+                    for _, block in corpus.iter_blocks(block_rows, lo, hi):
+                        current.add(_augment(block, meta.phi) if index_type == "hnsw" else block)
+                        bar.update(len(block))
+                name = f"part-{part_index:03d}.faiss"
+                _write_faiss(current, building / name)
+                del current
+                meta.parts.append(IndexPart(name, lo, hi - lo))
+        _write_ids(corpus, building / IDS_NAME)
+        atomic_write_text(building / META_NAME, meta.to_json())
     return meta
 
 
@@ -420,7 +400,7 @@ def _stale_message(index_dir: Path, meta: IndexMetadata, model_fp: str | None, c
             "and rebuild the index (odqa encode, odqa index build) for the current model and corpus")
 
 
-def open_index(
+def open_faiss_index(
     index_dir: Path | str,
     expected_model_fp: str | None = None,
     expected_corpus_fp: str | None = None,

@@ -165,6 +165,7 @@ class AlphaSearch:
     best_alpha: float
     k: int
     recall: dict[float, float]  # R@k on the dev questions for every alpha tried
+    dense_only: float  # R@k of the dense ranking alone (alpha 0), for reference
 
 
 def recall_at_k(candidates: pa.Table, hits: np.ndarray, alpha: float, k: int, num_questions: int) -> float:
@@ -176,23 +177,18 @@ def recall_at_k(candidates: pa.Table, hits: np.ndarray, alpha: float, k: int, nu
     return float(found.sum() / num_questions) if num_questions else 0.0
 
 
-def tune_alpha(
-    candidates: pa.Table,
-    answers: Mapping[str, Sequence[str]],
-    passage_texts: Mapping[str, str],
-    *,
-    alphas: Sequence[float] = DEFAULT_ALPHAS,
-    k: int = 20,
-    mode: MatchMode = "string",
-) -> AlphaSearch:
+def tune_alpha(candidates: pa.Table, hits: np.ndarray, num_questions: int, *,
+               alphas: Sequence[float] = DEFAULT_ALPHAS, k: int = 20) -> AlphaSearch:  # fmt: skip
     """The alpha with the best dev R@k (TASER: one alpha from 0.5..2.0 for all datasets).
 
-    Every question in ``answers`` counts, including those without any candidate (a miss for all
-    alphas). Ties go to the smallest alpha, so the choice does not depend on float noise in the grid.
+    ``hits`` says per candidate row whether it holds an answer (`candidate_hits`, computed per
+    dev set with that set's matching rules). Every one of ``num_questions`` counts, including
+    questions without any candidate (a miss for all alphas). Ties go to the smallest alpha, so the
+    choice does not depend on float noise in the grid.
     """
     if not alphas:
         raise ValueError("alphas must not be empty")
-    hits = candidate_hits(candidates, answers, passage_texts, mode)
-    recall = {float(a): recall_at_k(candidates, hits, float(a), k, len(answers)) for a in alphas}
+    recall = {float(a): recall_at_k(candidates, hits, float(a), k, num_questions) for a in alphas}
     best = max(recall.values())
-    return AlphaSearch(best_alpha=min(a for a, r in recall.items() if r == best), k=k, recall=recall)
+    return AlphaSearch(best_alpha=min(a for a, r in recall.items() if r == best), k=k, recall=recall,
+                       dense_only=recall_at_k(candidates, hits, 0.0, k, num_questions))

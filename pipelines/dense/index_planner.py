@@ -44,8 +44,9 @@ from pipelines.dense.faiss_index import (
     IndexType,
     _auto_nlist,
     _auto_pq_m,
-    build_index,
+    build_faiss_index,
 )
+from storage.atomic import atomic_write_json
 
 GIB = 1024**3
 MIN_PART_VECTORS = 10_000  # below this, parts cost more in per-part overhead than they save
@@ -328,7 +329,7 @@ def calibrate(dim: int, hnsw_m: int = 64, ef_construction: int = 200, seed: int 
     with tempfile.TemporaryDirectory(prefix="odqa-calibrate-") as tmp:
         # A real flat build over real shards, read from disk: reads, ids, index file, renames.
         embeddings = _calibration_embeddings(Path(tmp) / "embeddings", vectors)
-        flat_seconds = _timed(lambda: build_index(embeddings, Path(tmp) / "flat", progress=False,
+        flat_seconds = _timed(lambda: build_faiss_index(embeddings, Path(tmp) / "flat", progress=False,
                                                   use_gpu=False)) / len(vectors)
         flat = faiss.read_index(str(Path(tmp) / "flat" / "part-000.faiss"))
         out = Path(tmp) / "flat.faiss"
@@ -409,10 +410,7 @@ def load_or_calibrate(cache: Path | str | None, dim: int, hnsw_m: int = 64, ef_c
     costs = calibrate(dim, hnsw_m, ef_construction)
     if path is not None:
         entries["-".join(map(str, wanted))] = asdict(costs)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(entries, indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_json(path, entries)
     return costs
 
 

@@ -15,7 +15,6 @@ manifest; anything else encodes everything.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.dense.sharded_encoding import EncodedCorpus, EncodingManifest, read_manifest
+from storage.atomic import atomic_file
 
 KEYS_NAME = "keys.parquet"
 KEY_SCHEMA = pa.schema([("hi", pa.uint64()), ("lo", pa.uint64())])
@@ -47,15 +47,13 @@ def write_keys(out_dir: Path | str, batches: Iterable[pa.RecordBatch | pa.Table]
     """Write ``keys.parquet`` for an embeddings directory from the corpus stream it was encoded
     from (columns passage_id, title, text, same order); returns the row count."""
     path = Path(out_dir) / KEYS_NAME
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     rows = 0
-    with pq.ParquetWriter(tmp, KEY_SCHEMA) as writer:
+    with atomic_file(path) as handle, pq.ParquetWriter(handle, KEY_SCHEMA) as writer:
         for batch in batches:
             keys = passage_keys(batch.column("passage_id").to_pylist(), batch.column("title").to_pylist(),
                                 batch.column("text").to_pylist())
             writer.write_table(pa.table({"hi": keys[:, 0], "lo": keys[:, 1]}, schema=KEY_SCHEMA))
             rows += len(keys)
-    os.replace(tmp, path)
     return rows
 
 

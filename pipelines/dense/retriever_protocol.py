@@ -28,7 +28,7 @@ class DenseRetriever(Protocol):
     similarity: Similarity
 
     def encode_questions(
-        self, texts: Sequence[str], batch_size: int = 64, device: str | None = None
+        self, texts: Sequence[str], batch_size: int = 64, device: str | None = None, show_progress: bool = True
     ) -> np.ndarray: ...
 
     def encode_passages(
@@ -37,6 +37,7 @@ class DenseRetriever(Protocol):
         texts: Sequence[str],
         batch_size: int = 64,
         device: str | None = None,
+        show_progress: bool = True,
     ) -> np.ndarray: ...
 
     def config_fingerprint(self) -> str: ...

@@ -9,7 +9,7 @@ what cutting the stream of that snapshot gives, so both paths write the same sha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pipelines.dense.sharded_encoding import ShardInfo
@@ -26,15 +26,6 @@ class ShardRange:
     @property
     def count(self) -> int:
         return self.stop - self.start
-
-
-@dataclass(frozen=True)
-class FileSpan:
-    """The rows ``[offset, offset + rows)`` of the table file at ``position`` in the file list."""
-
-    position: int
-    offset: int
-    rows: int
 
 
 def all_shards(total: int, shard_size: int) -> list[ShardRange]:
@@ -62,21 +53,6 @@ def pending_shards(total: int, shard_size: int, finished: Iterable[ShardInfo]) -
                              f"{total} passages in shards of {shard_size} has {expected} there")
         done.add(info.index)
     return [shard for shard in plan if shard.index not in done]
-
-
-def file_spans(file_rows: Sequence[int], start: int, stop: int) -> list[FileSpan]:
-    """The parts of consecutive table files (``file_rows`` rows each) that ordinals ``[start, stop)`` cover."""
-    if not 0 <= start <= stop <= sum(file_rows):
-        raise ValueError(f"rows {start}..{stop} are outside a table of {sum(file_rows)} rows")
-    spans = []
-    first = 0
-    for position, rows in enumerate(file_rows):
-        last = first + rows
-        lo, hi = max(start, first), min(stop, last)
-        if lo < hi:
-            spans.append(FileSpan(position, lo - first, hi - lo))
-        first = last
-    return spans
 
 
 def threads_per_task(cores: int, concurrent_tasks: int) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import queue
 import re
 import traceback
@@ -44,6 +43,7 @@ import torch
 
 from pipelines.dense.retriever_protocol import DenseRetriever
 from pipelines.progress import progress as progress_bar
+from storage.atomic import atomic_write, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -126,17 +126,8 @@ def read_manifest(out_dir: Path | str) -> EncodingManifest | None:
         raise ValueError(f"{path}: not a valid embeddings manifest ({exc})") from exc
 
 
-def _atomic_write_bytes(path: Path, write: Callable[[Any], None]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def write_manifest(out_dir: Path, manifest: EncodingManifest) -> None:
-    _atomic_write_bytes(out_dir / MANIFEST_NAME, lambda h: h.write(manifest.to_json().encode("utf-8")))
+    atomic_write_text(out_dir / MANIFEST_NAME, manifest.to_json())
 
 
 def write_shard(out_dir: Path, index: int, ids: pa.Array, vectors: np.ndarray) -> ShardInfo:
@@ -144,8 +135,8 @@ def write_shard(out_dir: Path, index: int, ids: pa.Array, vectors: np.ndarray) -
     stem = f"shard-{index:05d}"
     ids_file, vectors_file = f"{stem}.ids.parquet", f"{stem}.npy"
     ids_table = pa.table({"passage_id": ids})
-    _atomic_write_bytes(out_dir / ids_file, lambda h: pq.write_table(ids_table, h))
-    _atomic_write_bytes(out_dir / vectors_file, lambda h: np.save(h, vectors, allow_pickle=False))
+    atomic_write(out_dir / ids_file, lambda h: pq.write_table(ids_table, h))
+    atomic_write(out_dir / vectors_file, lambda h: np.save(h, vectors, allow_pickle=False))
     return ShardInfo(index=index, count=len(ids), first_id=ids[0].as_py(), last_id=ids[-1].as_py(),
                      vectors_file=vectors_file, ids_file=ids_file)
 

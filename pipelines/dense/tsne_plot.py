@@ -9,11 +9,12 @@ accuracy with which the tower of each point is predicted from its nearest neighb
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from storage.atomic import atomic_write
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,8 @@ def plot_towers(projection: TowerProjection, out_png: Path | str, title: str) ->
     ax.set_yticks([])
     ax.legend(loc="best", markerscale=3)
     fig.tight_layout()
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_png.with_name(out_png.name + ".tmp")
-    fig.savefig(tmp, format="png")
-    plt.close(fig)
-    os.replace(tmp, out_png)
+    try:
+        atomic_write(out_png, lambda handle: fig.savefig(handle, format="png"))
+    finally:
+        plt.close(fig)
     return out_png

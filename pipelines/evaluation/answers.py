@@ -158,3 +158,15 @@ class AnswerMatcher:
         return np.fromiter(
             (prepared.found_in(self._form(p)) for p in passage_ids), dtype=bool, count=len(passage_ids)
         )
+
+
+MATCH_CHOICES = ("auto", "string", "regex")
+
+
+def match_mode(dataset: str, match: str = "auto") -> MatchMode:
+    """`auto`: DPR's regex mode for CuratedTREC (its answers are patterns), string otherwise."""
+    if match not in MATCH_CHOICES:
+        raise ValueError(f"answer matching must be one of {MATCH_CHOICES}, got {match!r}")
+    if match == "auto":
+        return "regex" if "trec" in dataset.lower() else "string"
+    return match  # type: ignore[return-value]

@@ -22,11 +22,12 @@ class DatasetSpec:
     weight: float = 1.0
 
     @classmethod
-    def parse(cls, text: str) -> DatasetSpec:
-        """`NAME:SPLIT` or `NAME:SPLIT:WEIGHT` (weight a positive number)."""
+    def parse(cls, text: str, with_weight: bool = True) -> DatasetSpec:
+        """`NAME:SPLIT` or (`with_weight`) `NAME:SPLIT:WEIGHT` (weight a positive number)."""
         parts = text.strip().split(":")
-        if len(parts) not in (2, 3):
-            raise ValueError(f"dataset spec {text!r} must look like NAME:SPLIT or NAME:SPLIT:WEIGHT")
+        if len(parts) not in ((2, 3) if with_weight else (2,)):
+            expected = "NAME:SPLIT or NAME:SPLIT:WEIGHT" if with_weight else "NAME:SPLIT"
+            raise ValueError(f"dataset spec {text!r} must look like {expected}")
         dataset, split = parts[0], parts[1]
         for what, value in (("dataset", dataset), ("split", split)):
             if not _NAME.match(value):
@@ -40,6 +41,11 @@ class DatasetSpec:
             if not (weight > 0 and math.isfinite(weight)):
                 raise ValueError(f"dataset spec {text!r}: weight must be a positive number")
         return cls(dataset, split, weight)
+
+    @property
+    def name(self) -> str:
+        """`NAME:SPLIT`, how runs, reports and training sets name the pair."""
+        return f"{self.dataset}:{self.split}"
 
     def __str__(self) -> str:
         return f"{self.dataset}:{self.split}:{self.weight:g}"

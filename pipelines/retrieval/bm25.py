@@ -1,4 +1,4 @@
-"""BM25 over passages with pyserini's Lucene (Anserini): index building and batch search.
+"""BM25 indexes of passages with pyserini's Lucene (Anserini); `pipelines.search.bm25_searcher` searches them.
 
 Index building streams ``(passage_id, title, text)`` records into pyserini's JsonCollection
 format (``{"id", "contents": title + "\\n" + text}``), spread round-robin over one file per
@@ -7,13 +7,11 @@ thread because Anserini parallelises over files, then runs pyserini's indexer
 positions + doc vectors + raw stored) in a subprocess. All
 of it happens in a temporary folder next to the target that is renamed into place only after a
 successful build, so a killed build never leaves a half-written index. The index carries
-``odqa-index.json`` with the passages snapshot it was built from; :func:`open_index` compares it
+``odqa-index.json`` with the passages snapshot it was built from; :func:`open_bm25_index` compares it
 with the snapshot the caller expects and raises :class:`StaleIndexError` on a mismatch.
 
-Search uses Anserini's ``SimpleSearcher`` (the class behind pyserini's ``LuceneSearcher``) with
-``set_bm25(k1, b)`` and ``batch_search(queries, qids, k, threads)``, exactly what
-``LuceneSearcher.batch_search`` calls. We reach it through ``pyserini.pyclass`` instead of
-importing ``pyserini.search.lucene`` because that package also imports torch, transformers and
+Java classes are reached through ``pyserini.pyclass`` instead of importing
+``pyserini.search.lucene``, because that package also imports torch, transformers and
 scikit-learn (about 11 s per command) for encoders BM25 never uses.
 """
 
@@ -26,17 +24,15 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from pipelines.progress import progress, track
-from pipelines.retrieval.java import JavaInfo, ensure_java, start_quiet_jvm
-from pipelines.retrieval.runs import RUN_SCHEMA
+from pipelines.retrieval.java import ensure_java
+from storage.atomic import replace_directory
 
 METADATA_FILE = "odqa-index.json"
 LOG_FILE = "odqa-index.log"
@@ -176,7 +172,7 @@ def _run_indexer(command: list[str], log_path: Path, documents: int) -> int:
                 indexer.wait()
 
 
-def build_index(
+def build_bm25_index(
     records: Iterable[tuple[str, str | None, str | None]],
     index_dir: Path,
     *,
@@ -186,7 +182,7 @@ def build_index(
     """Build a BM25 index of ``records`` at ``index_dir`` (replacing any previous one atomically).
 
     ``snapshot`` identifies the passages the records come from (e.g. the passages table's
-    snapshot id); it is stored in the index metadata for :func:`open_index`. Passages with no
+    snapshot id); it is stored in the index metadata for :func:`open_bm25_index`. Passages with no
     indexable content are skipped by Anserini and counted in ``skipped_empty``; any other
     shortfall or indexer failure raises :class:`IndexBuildError` with the indexer's log tail.
     """
@@ -228,7 +224,7 @@ def build_index(
         )
         _write_metadata(staged, info)
         shutil.move(str(log_path), staged / LOG_FILE)
-        _swap_into_place(staged, index_dir, work)
+        replace_directory(staged, index_dir)
         return info
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -240,14 +236,7 @@ def _write_metadata(index: Path, info: IndexInfo) -> None:
     (index / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-def _swap_into_place(staged: Path, target: Path, work: Path) -> None:
-    """Rename the new index into place; an older one is moved aside first, then deleted."""
-    if target.exists():
-        target.rename(work / "previous")
-    staged.rename(target)
-
-
-def open_index(path: Path, expected_snapshot: str | None = None) -> IndexInfo:
+def open_bm25_index(path: Path, expected_snapshot: str | None = None) -> IndexInfo:
     """Read an index's metadata, checking it was built from ``expected_snapshot`` (if given)."""
     path = Path(path)
     meta_path = path / METADATA_FILE
@@ -268,97 +257,3 @@ def open_index(path: Path, expected_snapshot: str | None = None) -> IndexInfo:
             f"passages are now at {expected_snapshot!r}; rebuild the index"
         )
     return info
-
-
-class Bm25Searcher:
-    """Batch BM25 search over an index, yielding run rows as Arrow record batches."""
-
-    def __init__(self, index: IndexInfo, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
-        self.java: JavaInfo = ensure_java()
-        start_quiet_jvm(self.java)
-        from pyserini.pyclass import JArrayList, autoclass
-
-        self._array_list = JArrayList
-        self.index = index
-        self.k1, self.b = float(k1), float(b)
-        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index.path))
-        self._searcher.set_bm25(self.k1, self.b)
-
-    def search_batch(
-        self, queries: Sequence[str], qids: Sequence[str], *, k: int, threads: int
-    ) -> dict[str, list[tuple[str, float]]]:
-        """One ``batch_search`` call: qid -> [(passage_id, score), ...] best first."""
-        java_queries, java_qids = self._array_list(), self._array_list()
-        for query, qid in zip(queries, qids, strict=True):
-            java_queries.add(query)
-            java_qids.add(qid)
-        results = self._searcher.batch_search(java_queries, java_qids, int(k), int(threads))
-        return {
-            entry.getKey(): [(hit.docid, hit.score) for hit in entry.getValue()]
-            for entry in results.entrySet().toArray()
-        }
-
-    def search(
-        self,
-        questions: Iterable[tuple[str, str]],
-        *,
-        k: int = 100,
-        threads: int | None = None,
-        batch_size: int = 10_000,
-        total: int | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        """Retrieve the top ``k`` passages for each ``(question_id, question)``.
-
-        Questions are searched ``batch_size`` at a time on ``threads`` threads (default: all
-        cores), so memory stays bounded for any number of questions. A question with no
-        matching passage (e.g. only stop words) simply has no rows. Question ids must be unique:
-        Anserini returns results keyed by id, so a repeated id would lose a question's results.
-        """
-        threads = threads or os.cpu_count() or 1
-        seen: set[str] = set()
-        with progress(total, "BM25 search", "questions") as bar:
-            for chunk in _chunks(questions, batch_size):
-                qids = [str(qid) for qid, _ in chunk]
-                for qid in qids:
-                    if qid in seen:
-                        raise ValueError(f"question id {qid!r} occurs twice; ids must be unique")
-                    seen.add(qid)
-                hits = self.search_batch([q for _, q in chunk], qids, k=k, threads=threads)
-                yield _run_batch(qids, hits)
-                bar.update(len(chunk))
-
-    def close(self) -> None:
-        self._searcher.close()
-
-
-def _chunks(items: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
-    chunk: list[tuple[str, str]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _run_batch(qids: Sequence[str], hits: dict[str, list[tuple[str, float]]]) -> pa.RecordBatch:
-    question_ids: list[str] = []
-    passage_ids: list[str] = []
-    ranks: list[int] = []
-    scores: list[float] = []
-    for qid in qids:
-        for rank, (docid, score) in enumerate(hits.get(qid, ()), start=1):
-            question_ids.append(qid)
-            passage_ids.append(docid)
-            ranks.append(rank)
-            scores.append(score)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(question_ids, pa.string()),
-            pa.array(passage_ids, pa.string()),
-            pa.array(ranks, pa.int32()),
-            pa.array(scores, pa.float64()),
-        ],
-        schema=RUN_SCHEMA,
-    )

@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.atomic import atomic_write_text
+
 log = logging.getLogger(__name__)
 
 MIN_JAVA_MAJOR = 21
@@ -181,7 +183,7 @@ def quiet_jvm_options(info: JavaInfo, scratch: Path) -> list[str]:
     """JVM options that keep the in-process JVM's non-actionable warnings off the terminal."""
     properties = scratch / "odqa-jul.properties"
     if not properties.exists():
-        properties.write_text(_JUL_PROPERTIES, encoding="utf-8")
+        atomic_write_text(properties, _JUL_PROPERTIES)  # several processes may start a JVM at once
     options = [f"-Djava.util.logging.config.file={properties}"]
     if info.major >= UNSAFE_OPTION_SINCE:
         options.append("--sun-misc-unsafe-memory-access=allow")

@@ -9,13 +9,13 @@ and our metrics trust ``rank``: re-deriving keeps all three in agreement.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 
 from pipelines.retrieval.runs import RUN_SCHEMA
+from storage.atomic import atomic_text_file
 
 
 class TrecFormatError(ValueError):
@@ -35,23 +35,16 @@ def write_trec_run(batches: Iterable[pa.RecordBatch | pa.Table], path: Path, *, 
     """
     _check_token(tag, "run tag", 0)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     rows = 0
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            for batch in batches:
-                columns = [
-                    batch.column(name).to_pylist() for name in ("question_id", "passage_id", "rank", "score")
-                ]
-                for qid, pid, rank, score in zip(*columns, strict=True):
-                    rows += 1
-                    out.write(
-                        f"{_check_token(str(qid), 'question id', rows)} Q0 "
-                        f"{_check_token(str(pid), 'passage id', rows)} {int(rank)} {float(score)!r} {tag}\n"
-                    )
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_text_file(path) as out:
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("question_id", "passage_id", "rank", "score")]
+            for qid, pid, rank, score in zip(*columns, strict=True):
+                rows += 1
+                out.write(
+                    f"{_check_token(str(qid), 'question id', rows)} Q0 "
+                    f"{_check_token(str(pid), 'passage id', rows)} {int(rank)} {float(score)!r} {tag}\n"
+                )
     return rows
 
 

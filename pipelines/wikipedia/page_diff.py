@@ -15,8 +15,8 @@ lookup is a binary search, not a Python dict of 20M entries.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -38,6 +38,7 @@ from pipelines.wikipedia.ingest import (
     _page_kind,
     process_chunk,
 )
+from storage.atomic import atomic_file
 
 HASH_SCHEMA = pa.schema([("page_id", pa.int64()), ("hash", pa.binary(16))])
 
@@ -91,13 +92,12 @@ class PageHashes:
 
 
 class PageHashWriter:
-    """Streams the new ingest's page hashes to a Parquet file, moved into place by ``commit``."""
+    """Streams the new ingest's page hashes to a Parquet file that appears only on ``commit``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.writer = pq.ParquetWriter(self.tmp, HASH_SCHEMA)
+        self._file = contextlib.ExitStack()
+        self.writer = pq.ParquetWriter(self._file.enter_context(atomic_file(path)), HASH_SCHEMA)
 
     def write(self, page_ids: list[int], hashes: list[bytes]) -> None:
         self.writer.write_table(pa.table({"page_id": pa.array(page_ids, pa.int64()),
@@ -105,11 +105,12 @@ class PageHashWriter:
 
     def commit(self) -> None:
         self.writer.close()
-        os.replace(self.tmp, self.path)
+        self._file.close()
 
     def abort(self) -> None:
         self.writer.close()
-        self.tmp.unlink(missing_ok=True)
+        aborted = RuntimeError("page hash file aborted")
+        self._file.__exit__(type(aborted), aborted, None)  # the temporary file is removed
 
 
 @dataclass

@@ -10,16 +10,21 @@ import pytest
 from pipelines.evaluation.answers import AnswerMatcher, has_answer
 from pipelines.retrieval.bm25 import (
     METADATA_FILE,
-    Bm25Searcher,
     IndexMissingError,
     StaleIndexError,
-    build_index,
-    open_index,
+    build_bm25_index,
+    open_bm25_index,
     passage_contents,
 )
 from pipelines.retrieval.java import JavaMissingError, check_java
 from pipelines.retrieval.negatives import select_hard_negatives
-from pipelines.retrieval.runs import RUN_SCHEMA
+from pipelines.search.bm25_searcher import Bm25Searcher
+from pipelines.search.searcher import Searcher, search_run
+
+
+def _run(searcher: Bm25Searcher, pairs: list[tuple[str, str]], k: int, chunk: int = 1024) -> pa.Table:
+    questions = pa.table({"question_id": [q for q, _ in pairs], "question": [text for _, text in pairs]})
+    return pa.concat_tables(search_run(searcher, questions, k, chunk))
 
 PASSAGES = [
     ("p1", "Paris", "Paris is the capital and most populous city of France."),
@@ -45,22 +50,23 @@ def java() -> None:
 @pytest.fixture(scope="module")
 def index(java: None, tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("bm25") / "index"
-    info = build_index(iter(PASSAGES), path, snapshot="snap-1", threads=2)
+    info = build_bm25_index(iter(PASSAGES), path, snapshot="snap-1", threads=2)
     assert info.documents == len(PASSAGES) and info.skipped_empty == 0
-    return open_index(path, "snap-1")
+    return open_bm25_index(path, "snap-1")
 
 
 @pytest.fixture(scope="module")
 def searcher(index):
-    searcher = Bm25Searcher(index)
+    searcher = Bm25Searcher(index, threads=2)
+    assert isinstance(searcher, Searcher)
     yield searcher
     searcher.close()
 
 
 def test_search_ranks_the_obvious_passage_first(searcher: Bm25Searcher) -> None:
     questions = [("q1", "What is the capital of Germany?"), ("q2", "capital of Spain"), ("q3", "xyzzy")]
-    run = pa.Table.from_batches(list(searcher.search(questions, k=3, threads=2, batch_size=2)))
-    assert run.schema == RUN_SCHEMA
+    run = _run(searcher, questions, k=3, chunk=2)
+    assert run.column_names == ["question_id", "passage_id", "rank", "score"]
     rows = run.to_pylist()
     q1 = [r for r in rows if r["question_id"] == "q1"]
     assert [r["rank"] for r in q1] == [1, 2, 3]
@@ -69,41 +75,42 @@ def test_search_ranks_the_obvious_passage_first(searcher: Bm25Searcher) -> None:
     assert [r["passage_id"] for r in rows if r["question_id"] == "q2"][0] == "p6"
     assert not [r for r in rows if r["question_id"] == "q3"]  # no term in the index: no rows
     # the title is indexed too: "Rome" appears in p8's title and text, "Flore" in p7's title
-    only_title = list(searcher.search([("q4", "Flore coffeehouse")], k=1, threads=1))[0].to_pylist()
-    assert only_title[0]["passage_id"] == "p7"
-    with pytest.raises(ValueError, match="occurs twice"):
-        list(searcher.search([("q", "Paris"), ("q", "Rome")], k=1, batch_size=1))
+    only_title = searcher.search(["Flore coffeehouse"], k=1).ranked()
+    assert only_title[0][0][0] == "p7"
+    with pytest.raises(ValueError, match="unique"):
+        _run(searcher, [("q", "Paris"), ("q", "Rome")], k=1, chunk=1)
 
 
 def test_k1_b_are_applied(index) -> None:
-    default = Bm25Searcher(index)
-    other = Bm25Searcher(index, k1=2.0, b=1.0)
-    query = [("q", "capital city of France Paris")]
-    first = list(default.search(query, k=8, threads=1))[0]["score"].to_pylist()
-    second = list(other.search(query, k=8, threads=1))[0]["score"].to_pylist()
+    default = Bm25Searcher(index, threads=1)
+    other = Bm25Searcher(index, k1=2.0, b=1.0, threads=1)
+    query = ["capital city of France Paris"]
+    first = [score for _, score in default.search(query, k=8).ranked()[0]]
+    second = [score for _, score in other.search(query, k=8).ranked()[0]]
     assert first != second
+    assert other.describe() == {"k1": 2.0, "b": 1.0, "index_snapshot": "snap-1"}
 
 
 def test_index_metadata_and_staleness(index, tmp_path: Path) -> None:
     assert index.snapshot == "snap-1" and index.documents == len(PASSAGES)
     assert (index.path / METADATA_FILE).is_file()
     with pytest.raises(StaleIndexError, match="snap-2"):
-        open_index(index.path, "snap-2")
+        open_bm25_index(index.path, "snap-2")
     with pytest.raises(IndexMissingError, match="no BM25 index"):
-        open_index(tmp_path / "nowhere", "snap-1")
+        open_bm25_index(tmp_path / "nowhere", "snap-1")
 
 
 def test_rebuild_replaces_index_and_leaves_no_temporaries(java: None, tmp_path: Path) -> None:
     path = tmp_path / "idx"
-    build_index(iter(PASSAGES[:3]), path, snapshot="a", threads=1)
-    build_index(iter(PASSAGES), path, snapshot="b", threads=1)
-    info = open_index(path, "b")
+    build_bm25_index(iter(PASSAGES[:3]), path, snapshot="a", threads=1)
+    build_bm25_index(iter(PASSAGES), path, snapshot="b", threads=1)
+    info = open_bm25_index(path, "b")
     assert info.documents == len(PASSAGES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
     # a bad record aborts the build and keeps the previous index untouched
     with pytest.raises(ValueError, match="record 2"):
-        build_index(iter([PASSAGES[0], ("bad id", "t", "x")]), path, snapshot="c", threads=1)
-    assert open_index(path, "b").documents == len(PASSAGES)
+        build_bm25_index(iter([PASSAGES[0], ("bad id", "t", "x")]), path, snapshot="c", threads=1)
+    assert open_bm25_index(path, "b").documents == len(PASSAGES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
@@ -117,7 +124,7 @@ def test_hard_negatives_never_contain_answers(searcher: Bm25Searcher) -> None:
         }
     )
     pairs = list(zip(questions["question_id"].to_pylist(), questions["question"].to_pylist(), strict=True))
-    run = pa.Table.from_batches(list(searcher.search(pairs, k=8, threads=2)))
+    run = _run(searcher, pairs, k=8)
     matcher = AnswerMatcher(TEXTS)
     negatives = select_hard_negatives(run, questions, matcher, count=3)
     ranked = {

@@ -12,10 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import flows.cli.evaluation  # noqa: F401  -- registers `evaluate`, `compare` (until listed in VERB_MODULES)
-import flows.cli.passages  # noqa: F401
-import flows.cli.questions  # noqa: F401
-import flows.cli.retrieval  # noqa: F401  -- registers `bm25`, `retrieve`, `import run`, `negatives`
 from pipelines.evaluation.answers import has_answer
 from pipelines.retrieval.java import JavaMissingError, check_java
 

@@ -68,10 +68,10 @@ import pipelines.retrieval.bm25, pipelines.retrieval.trec, pipelines.retrieval.n
 import pipelines.evaluation.metrics
 assert "pyserini" not in sys.modules and "jnius" not in sys.modules, "imported pyserini too early"
 from pathlib import Path
-from pipelines.retrieval.bm25 import build_index
+from pipelines.retrieval.bm25 import build_bm25_index
 from pipelines.retrieval.java import JavaMissingError
 try:
-    build_index(iter([("p1", "t", "x")]), Path(sys.argv[1]), snapshot="s")
+    build_bm25_index(iter([("p1", "t", "x")]), Path(sys.argv[1]), snapshot="s")
 except JavaMissingError as error:
     assert "pyserini" not in sys.modules, "JVM bridge loaded before the preflight failed"
     print(error)

@@ -57,11 +57,12 @@ class MiniLMRetriever:
             return np.zeros((0, self.embedding_dim), dtype=np.float32)
         return np.concatenate(out).astype(np.float32, copy=False)
 
-    def encode_questions(self, texts: Sequence[str], batch_size: int = 64, device: str | None = None) -> np.ndarray:
+    def encode_questions(self, texts: Sequence[str], batch_size: int = 64, device: str | None = None,
+                         show_progress: bool = True) -> np.ndarray:
         return self._encode(texts, None, batch_size, device)
 
     def encode_passages(self, titles: Sequence[str], texts: Sequence[str], batch_size: int = 64,
-                        device: str | None = None) -> np.ndarray:
+                        device: str | None = None, show_progress: bool = True) -> np.ndarray:
         return self._encode(titles, texts, batch_size, device)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.faiss_index import IndexParams, StaleIndexError, build_index, open_index
+from pipelines.dense.faiss_index import IndexParams, StaleIndexError, build_faiss_index, open_faiss_index
 from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
 
 N, DIM, SHARD, NQ = 4000, 64, 1000, 150
@@ -44,9 +44,9 @@ def recall_at(rows: np.ndarray, true_rows: np.ndarray, k: int) -> float:
 @pytest.mark.parametrize("shards_per_part", [None, 3])
 def test_flat_equals_bruteforce_numpy(tmp_path, data, shards_per_part):
     emb, _, queries, scores, top = data
-    meta = build_index(emb, tmp_path / "flat", params=IndexParams(shards_per_part=shards_per_part), progress=False)
+    meta = build_faiss_index(emb, tmp_path / "flat", params=IndexParams(shards_per_part=shards_per_part), progress=False)
     assert len(meta.parts) == (1 if shards_per_part is None else 2)
-    index = open_index(tmp_path / "flat", "model-a", "corpus-a")
+    index = open_faiss_index(tmp_path / "flat", "model-a", "corpus-a")
     got_scores, got_ids = index.search(queries, 20)
     np.testing.assert_array_equal(got_ids, np.array([[f"doc{r}" for r in row] for row in top[:, :20]]))
     np.testing.assert_allclose(got_scores, np.take_along_axis(scores, top[:, :20], 1), rtol=1e-5, atol=1e-5)
@@ -54,14 +54,14 @@ def test_flat_equals_bruteforce_numpy(tmp_path, data, shards_per_part):
 
 def test_hnsw_and_ivfpq_recall_against_flat(tmp_path, data):
     emb, _, queries, scores, top = data
-    build_index(emb, tmp_path / "hnsw", index_type="hnsw", params=IndexParams(hnsw_m=32), progress=False)
-    hnsw = open_index(tmp_path / "hnsw")
+    build_faiss_index(emb, tmp_path / "hnsw", index_type="hnsw", params=IndexParams(hnsw_m=32), progress=False)
+    hnsw = open_faiss_index(tmp_path / "hnsw")
     hnsw_scores, hnsw_rows = hnsw.search_rows(queries, 10)
     # Scores come back as inner products despite the L2 transform.
     np.testing.assert_allclose(hnsw_scores, np.take_along_axis(scores, hnsw_rows, 1), atol=1e-4)
     ivf_params = IndexParams(nlist=64, pq_m=16, nprobe=16, shards_per_part=2)
-    build_index(emb, tmp_path / "ivfpq", index_type="ivfpq", params=ivf_params, progress=False)
-    _, ivf_rows = open_index(tmp_path / "ivfpq").search_rows(queries, 10)
+    build_faiss_index(emb, tmp_path / "ivfpq", index_type="ivfpq", params=ivf_params, progress=False)
+    _, ivf_rows = open_faiss_index(tmp_path / "ivfpq").search_rows(queries, 10)
     hnsw_recall, ivf_recall = recall_at(hnsw_rows, top, 10), recall_at(ivf_rows, top, 10)
     print(f"recall@10 vs flat: hnsw {hnsw_recall:.3f}, ivfpq {ivf_recall:.3f}")
     assert hnsw_recall >= 0.95
@@ -70,31 +70,31 @@ def test_hnsw_and_ivfpq_recall_against_flat(tmp_path, data):
 
 def test_stale_index_is_refused(tmp_path, data):
     emb = data[0]
-    build_index(emb, tmp_path / "flat", progress=False)
+    build_faiss_index(emb, tmp_path / "flat", progress=False)
     with pytest.raises(StaleIndexError, match=r"stale index .*built for model model-a .*expected model-b"):
-        open_index(tmp_path / "flat", "model-b", "corpus-a")
+        open_faiss_index(tmp_path / "flat", "model-b", "corpus-a")
     with pytest.raises(StaleIndexError, match=r"corpus snapshot corpus-a \(expected corpus-b\)"):
-        open_index(tmp_path / "flat", "model-a", "corpus-b")
+        open_faiss_index(tmp_path / "flat", "model-a", "corpus-b")
     with pytest.raises(FileNotFoundError, match="build the index first"):
-        open_index(tmp_path / "missing")
+        open_faiss_index(tmp_path / "missing")
 
 
 def test_rebuild_same_inputs_is_a_noop_and_other_type_replaces(tmp_path, data):
     emb = data[0]
-    build_index(emb, tmp_path / "idx", progress=False)
+    build_faiss_index(emb, tmp_path / "idx", progress=False)
     part = tmp_path / "idx" / "part-000.faiss"
     stamp = part.stat().st_mtime_ns
-    build_index(emb, tmp_path / "idx", progress=False)
+    build_faiss_index(emb, tmp_path / "idx", progress=False)
     assert part.stat().st_mtime_ns == stamp
-    meta = build_index(emb, tmp_path / "idx", index_type="hnsw", params=IndexParams(hnsw_m=16), progress=False)
-    assert open_index(tmp_path / "idx").meta.index_type == "hnsw" == meta.index_type
+    meta = build_faiss_index(emb, tmp_path / "idx", index_type="hnsw", params=IndexParams(hnsw_m=16), progress=False)
+    assert open_faiss_index(tmp_path / "idx").meta.index_type == "hnsw" == meta.index_type
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 
 
 def test_more_results_than_vectors_and_mmap(tmp_path, data):
     emb, _, queries, _, top = data
-    build_index(emb, tmp_path / "flat", progress=False)
-    index = open_index(tmp_path / "flat", mmap=True)
+    build_faiss_index(emb, tmp_path / "flat", progress=False)
+    index = open_faiss_index(tmp_path / "flat", mmap=True)
     scores, ids = index.search(queries[:2], N + 5)
     assert ids[0, -1] is None and scores[0, -1] == -np.inf
     assert ids[0, 0] == f"doc{top[0, 0]}"
@@ -105,8 +105,8 @@ def test_more_results_than_vectors_and_mmap(tmp_path, data):
 def test_search_run_is_the_arrow_form_of_search(tmp_path, data):
     """The run table holds exactly the (id, score) pairs of ``search``, ranked, without missing rows."""
     emb, _, queries, _, top = data
-    build_index(emb, tmp_path / "flat", params=IndexParams(shards_per_part=3), progress=False)
-    index = open_index(tmp_path / "flat")
+    build_faiss_index(emb, tmp_path / "flat", params=IndexParams(shards_per_part=3), progress=False)
+    index = open_faiss_index(tmp_path / "flat")
     k = N + 2  # more than the corpus: the last two results of every query are missing
     scores, ids = index.search(queries[:3], k)
     run = index.search_run(queries[:3], k, pa.array(["qa", "qb", "qc"]))

@@ -9,10 +9,6 @@ from pathlib import Path
 import pytest
 from dense_minilm import minilm_dir
 
-import flows.cli.dense  # noqa: F401  -- registers the dense verbs (until listed in VERB_MODULES)
-import flows.cli.passages  # noqa: F401
-import flows.cli.questions  # noqa: F401
-import flows.cli.retrieval  # noqa: F401
 from pipelines.evaluation.answers import has_answer
 from pipelines.retrieval.java import JavaMissingError, check_java
 from storage import Workspace
@@ -45,7 +41,10 @@ def sql(cli, ws: Path, query: str) -> list[dict]:
 
 @pytest.mark.e2e
 def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
-    from flows.dense import dense_dir, dense_retrieve_flow, qsft_flow, resolve_model
+    from flows.qsft import qsft_flow
+    from flows.retrieve import retrieve_flow
+    from storage.index_layout import IndexLayout
+    from storage.model_registry import resolve_model
 
     ws_dir = tmp_path / "ws"
     w = ("-w", str(ws_dir))
@@ -90,11 +89,11 @@ def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
         assert "tune-hybrid: done" in out and "alpha: " in out
         alphas = sql(cli, ws_dir, "SELECT \"group\", value FROM metrics WHERE run LIKE 'tune-hybrid:%'")
         assert len(alphas) == 16
-        hybrid = dense_retrieve_flow(dataset="toy", split="dev", run="hybrid-toy", model=model, retriever="hybrid",
-                                     k=3, workspace=str(ws_dir))  # fmt: skip
+        hybrid = retrieve_flow(dataset="toy", split="dev", run="hybrid-toy", model=model, retriever="hybrid", k=3,
+                               workspace=str(ws_dir))  # fmt: skip
         ws = Workspace.resolve(ws_dir)
-        tuned = json.loads((dense_dir(ws, resolve_model(ws, model).key) / "hybrid.json").read_text())
-        assert hybrid["rows"] == 15 and hybrid["alpha"] == tuned["alpha"]
+        tuned = json.loads(IndexLayout.of(ws).hybrid_file(resolve_model(ws, model).key).read_text())
+        assert hybrid.rows == 15 and hybrid.config["alpha"] == tuned["alpha"]
 
     out = cli(*w, "mine", "--model", model, "--dataset", "toy", "--split", "dev", "--depth", "5").output
     assert "mine: done" in out
@@ -109,10 +108,10 @@ def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
 
     report = qsft_flow(model=model, train=["toy:dev"], model_id="minilm-qsft", epochs=1, batch_size=5, top_k=5,
                        warmup_steps=0, workspace=str(ws_dir))  # fmt: skip
-    assert report["steps"] == 1
+    assert report.steps == 1
     registered = sql(cli, ws_dir, "SELECT model_id, base FROM models")
     assert registered == [{"model_id": "minilm-qsft", "base": model}]
     # The fine-tuned model searches the index of its passage-side model (no re-encoding).
-    again = dense_retrieve_flow(dataset="toy", split="dev", run="qsft-toy", model="minilm-qsft", k=3,
-                                workspace=str(ws_dir))  # fmt: skip
-    assert again["rows"] == 15
+    again = retrieve_flow(dataset="toy", split="dev", run="qsft-toy", retriever="dense", model="minilm-qsft", k=3,
+                          workspace=str(ws_dir))  # fmt: skip
+    assert again.rows == 15

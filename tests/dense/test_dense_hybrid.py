@@ -97,8 +97,9 @@ def test_tune_alpha_picks_the_best_dev_value():
         texts.update(tx)
     answers = {q: ["Zanzibar"] for q in "abcd"} | {"e": ["never retrieved"]}
     cand = fusion_candidates(run(dense), run(sparse))
-    result = tune_alpha(cand, answers, texts, k=1)
+    result = tune_alpha(cand, candidate_hits(cand, answers, texts), len(answers), k=1)
     assert result.best_alpha == 1.2
+    assert result.dense_only == pytest.approx(2 / 5)  # dense alone ranks X first: right for "c" and "d"
     assert result.recall[1.2] == pytest.approx(4 / 5)  # "e" has no candidates: a miss
     assert result.recall[1.1] == pytest.approx(2 / 5) and result.recall[1.3] == pytest.approx(2 / 5)
     assert list(result.recall) == list(DEFAULT_ALPHAS)

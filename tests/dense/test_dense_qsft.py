@@ -12,7 +12,7 @@ import torch
 from dense_corpus import as_batches, make_corpus
 from dense_minilm import minilm_dir
 
-from pipelines.dense.faiss_index import build_index, open_index
+from pipelines.dense.faiss_index import build_faiss_index, open_faiss_index
 from pipelines.dense.qsft import QsftConfig, qsft_loss, query_side_finetune
 from pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
 
@@ -46,10 +46,10 @@ def test_question_tower_learns_against_a_fixed_index(tmp_path):
     emb, idx = tmp_path / "emb", tmp_path / "idx"
     encode_corpus(retriever, as_batches(corpus, 50), emb, corpus_fingerprint="qsft-corpus", shard_size=60,
                   batch_size=16, devices=[None], progress=False)
-    build_index(emb, idx, progress=False)
+    build_faiss_index(emb, idx, progress=False)
     stored = EncodedCorpus(emb)
     before = hashlib.sha256((emb / stored.manifest.shards[0].vectors_file).read_bytes()).hexdigest()
-    index = open_index(idx, retriever.config_fingerprint(), "qsft-corpus")
+    index = open_faiss_index(idx, retriever.config_fingerprint(), "qsft-corpus")
     questions = [f"which place has a {w} nearby" for w in answers] + [f"tell me about the {w}" for w in answers]
     gold = [[w] for w in answers] * 2
     passage_texts = dict(zip(corpus.column("passage_id").to_pylist(), texts, strict=True))

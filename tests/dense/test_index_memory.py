@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.faiss_index import IndexParams, build_index, open_index, part_bounds
+from pipelines.dense.faiss_index import IndexParams, build_faiss_index, open_faiss_index, part_bounds
 from pipelines.dense.index_planner import CostModel, PlanRefused, describe, plan_index, require
 from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
 
@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 sys.path.insert(0, sys.argv[1])
 from dense_minilm import MiniLMRetriever
-from pipelines.dense.faiss_index import IndexParams, build_index
+from pipelines.dense.faiss_index import IndexParams, build_faiss_index
 from pipelines.dense.index_planner import peak_rss_bytes
 from pipelines.dense.sharded_encoding import encode_corpus
 
@@ -48,7 +48,7 @@ def batches():
         yield pa.table({"passage_id": ids, "title": [f"T{i}" for i in ids], "text": texts})
 encode_corpus(MiniLMRetriever(), batches(), work / "encoded", corpus_fingerprint=str(passages), shard_size=64,
               batch_size=32, devices=[None], precision="fp32", progress=False)
-build_index(work / "vectors", work / "index", params=IndexParams(max_part_vectors=part), progress=False,
+build_faiss_index(work / "vectors", work / "index", params=IndexParams(max_part_vectors=part), progress=False,
             block_rows=8192)
 print(json.dumps({"peak_rss": peak_rss_bytes()}))
 """
@@ -91,12 +91,12 @@ def test_peak_rss_of_encode_and_build_does_not_grow_with_the_corpus(tmp_path: Pa
 def test_parts_sized_by_vectors_search_like_one_index(tmp_path: Path) -> None:
     synthetic_embeddings(tmp_path / "emb", 60_000)
     queries = np.random.default_rng(1).standard_normal((20, DIM), dtype=np.float32)
-    one = build_index(tmp_path / "emb", tmp_path / "one", progress=False)
-    split = build_index(tmp_path / "emb", tmp_path / "split", params=IndexParams(max_part_vectors=17_000),
+    one = build_faiss_index(tmp_path / "emb", tmp_path / "one", progress=False)
+    split = build_faiss_index(tmp_path / "emb", tmp_path / "split", params=IndexParams(max_part_vectors=17_000),
                         progress=False, block_rows=5_000)
     assert len(one.parts) == 1 and [p.count for p in split.parts] == [17_000, 17_000, 17_000, 9_000]
-    want = open_index(tmp_path / "one").search_rows(queries, 10)
-    got = open_index(tmp_path / "split", mmap=None).search_rows(queries, 10)  # mapped: split by vectors
+    want = open_faiss_index(tmp_path / "one").search_rows(queries, 10)
+    got = open_faiss_index(tmp_path / "split", mmap=None).search_rows(queries, 10)  # mapped: split by vectors
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
 

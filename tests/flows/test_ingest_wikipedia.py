@@ -94,7 +94,7 @@ def test_killed_ingest_resumes_to_identical_rows(tmp_path: Path) -> None:
         from storage import Workspace
         ws, dump = Workspace.resolve(sys.argv[1]), Path(sys.argv[2])
         options = IngestOptions(chunk_pages=40, workers=2)
-        print(ingest_dump(ws, dump, options, dump_fingerprint(dump, options))["resumed_chunks"])
+        print(ingest_dump(ws, dump, options, dump_fingerprint(dump, options)).resumed_chunks)
         """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

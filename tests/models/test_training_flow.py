@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import flows.cli.training  # noqa: F401  (registers `odqa train` even before the verb list names it)
 from models.retriever import load_retriever
 from storage import Workspace
 
@@ -179,7 +178,7 @@ def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_ch
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-    from flows.training import train_flow
+    from flows.train import train_flow
 
     root = tmp_path / "ws"
     _fill_workspace(root)

@@ -41,9 +41,8 @@ def test_evaluation_metrics_and_plot_links_are_published(prefect_harness, tmp_pa
 
     @flow
     def evaluate_like() -> bool:
-        report = {"run": "bm25-demo", "plot": str(plot)}
         rows = [{"dataset": "trex", "split": "test", "metric": "R@20", "value": 0.91234}]
-        return publish_evaluation(report, rows)
+        return publish_evaluation("bm25-demo", str(plot), rows)
 
     assert evaluate_like()
     table = asyncio.run(_latest("evaluation-bm25-demo"))

@@ -75,7 +75,7 @@ def flow_run_messages(flow_run_id) -> list[str]:
 
 
 def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
-    from flows.training import train_flow
+    from flows.train import train_flow
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")  # what a worker process or `> log` gets
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
@@ -103,7 +103,7 @@ def _encoder_reports_progress() -> bool:
                     reason="the encode loop (pipelines/dense/sharded_encoding.py) is wired to pipelines.progress "
                            "by issue 14")  # fmt: skip
 def test_encode_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
-    from flows.dense import encode_flow
+    from flows.encode import encode_flow
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")

@@ -33,8 +33,9 @@ def one_torch_thread() -> Iterator[None]:
 
 
 def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
-    from pipelines.dense.shard_plan import FileSpan, ShardRange, all_shards, file_spans, pending_shards
+    from pipelines.dense.shard_plan import ShardRange, all_shards, pending_shards
     from pipelines.dense.sharded_encoding import ShardInfo
+    from storage.table_files import FileSpan, file_spans
 
     assert all_shards(14, 6) == [ShardRange(0, 0, 6), ShardRange(1, 6, 12), ShardRange(2, 12, 14)]
     finished = [ShardInfo(1, 6, "a", "b", "shard-00001.npy", "shard-00001.ids.parquet")]
@@ -48,8 +49,7 @@ def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
 
 
 def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatch) -> None:
-    from flows.dense_parallel import task_threads
-    from flows.task_runners import DASK_ADDRESS_ENV, mapping_runner
+    from flows.task_runners import DASK_ADDRESS_ENV, mapping_runner, task_threads
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert mapping_runner(None) is None  # today's path: in process, or one process per GPU
@@ -111,25 +111,26 @@ def copy_of(base: Path, tmp_path: Path, name: str) -> str:
 
 
 def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
-    from flows.dense import EMBEDDINGS, dense_dir, resolve_model
+    from models.workspace_search import dense_build
     from pipelines.dense.sharded_encoding import EncodedCorpus
+    from storage.model_registry import resolve_model
 
     space = Workspace.resolve(ws)
-    corpus = EncodedCorpus(dense_dir(space, resolve_model(space, model).passage_key) / EMBEDDINGS)
+    corpus = EncodedCorpus(dense_build(space, resolve_model(space, model)).embeddings)
     return corpus.ids().to_pylist(), corpus.vectors(np.arange(len(corpus))), corpus.manifest.shards
 
 
 @pytest.mark.e2e
 def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
-    from flows.dense import encode_flow
+    from flows.encode import encode_flow
 
     results = {}
     for name, runner in runners(cluster).items():
         ws = copy_of(base, tmp_path, name)
         report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
-        assert report["passages"] == PASSAGES and report["shards"] == 4 and report["encoded_now"] == PASSAGES
-        assert report.get("tasks") == (None if runner is None else 4), report
-        assert report.get("runner") == (None if runner is None else f"dask {cluster}"), report
+        assert report.passages == PASSAGES and report.shards == 4 and report.encoded_now == PASSAGES
+        assert report.tasks == (None if runner is None else 4), report
+        assert report.runner == (None if runner is None else f"dask {cluster}"), report
         results[name] = embeddings(ws, model)
     ids, vectors, shards = results["unmapped"]
     assert len(set(ids)) == PASSAGES and vectors.shape == (PASSAGES, 384)
@@ -140,16 +141,20 @@ def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, mode
 
 @pytest.mark.e2e
 def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path: Path) -> None:
-    from flows.dense import EMBEDDINGS, dense_dir, encode_flow, resolve_model
-    from flows.reindex import current_release, reindex_flow, releases_dir
+    from flows.encode import encode_flow
+    from flows.reindex import reindex_flow
+    from models.workspace_search import dense_build
     from pipelines.dense.sharded_encoding import EncodedCorpus, read_manifest, write_manifest
+    from storage.index_layout import IndexLayout
+    from storage.model_registry import resolve_model
+    from storage.releases import current_release
 
     ws = copy_of(base, tmp_path, "resume")
     runner = RunnerSettings(kind="threads", workers=2)
     encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
     ids, vectors, _ = embeddings(ws, model)
     space = Workspace.resolve(ws)
-    out = dense_dir(space, resolve_model(space, model).passage_key) / EMBEDDINGS
+    out = dense_build(space, resolve_model(space, model)).embeddings
     # A run killed after shards 1 and 2: the manifest lists only them, other shard files may exist.
     manifest = read_manifest(out)
     manifest.shards = [s for s in manifest.shards if s.index in (1, 2)]
@@ -159,23 +164,31 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
     kept = {s.vectors_file: (out / s.vectors_file).stat().st_mtime_ns for s in manifest.shards}
 
     report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
-    assert report["tasks"] == 2 and report["encoded_now"] == PASSAGES - 2 * SHARD and not report["noop"], report
+    assert report.tasks == 2 and report.encoded_now == PASSAGES - 2 * SHARD and not report.noop, report
     assert {f: (out / f).stat().st_mtime_ns for f in kept} == kept  # finished shards were not re-encoded
     again_ids, again_vectors, shards = embeddings(ws, model)
     assert again_ids == ids and again_vectors.tobytes() == vectors.tobytes()
     assert [s.index for s in shards] == [0, 1, 2, 3] and read_manifest(out).complete
-    assert encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)["noop"]
+    assert encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner).noop
 
-    # A re-index encodes into its release folder on the runner: the same vectors again.
+    # A re-index with new passages encodes them on the runner into a new build: the same vectors
+    # for the old passages, which the published release now serves.
+    extra = space.read_table("passages").slice(0, 1).to_pylist()[0]
+    with space.transaction("one-more-passage") as tx:
+        tx.write("passages", [{**extra, "passage_id": "extra-1", "source": "extra"}], source="extra")
     release = reindex_flow(workspace=ws, model=model, bm25=False, shard_size=SHARD, batch_size=4, runner=runner)
-    assert release["encoded_passages"] == PASSAGES and current_release(space)["release"] == release["release"]
-    built = EncodedCorpus(releases_dir(space) / release["release"] / "embeddings")
-    assert built.ids().to_pylist() == ids and built.vectors(np.arange(PASSAGES)).tobytes() == vectors.tobytes()
+    assert release.figures["encoded_passages"] == PASSAGES + 1 and current_release(space).release == release.release
+    [served] = current_release(space).dense
+    built = EncodedCorpus(IndexLayout.of(space).root / Path(served.indexes["flat"]).parent / "embeddings")
+    assert built.ids().to_pylist() == [*ids, "extra-1"]
+    unchanged = 3 * SHARD  # the shards before the one the new passage joins are encoded exactly as before
+    assert built.vectors(np.arange(unchanged)).tobytes() == vectors[:unchanged].tobytes()
 
 
 @pytest.mark.e2e
 def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
-    from flows.dense import index_build_flow, mine_flow
+    from flows.index import index_build_flow
+    from flows.mine import mine_flow
 
     indexed = copy_of(base, tmp_path, "indexed")
     index_build_flow(model=model, workspace=indexed)
@@ -186,8 +199,7 @@ def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model:
                                   runner=runner, question_batch=6)  # fmt: skip
         negatives[name] = Workspace.resolve(ws).sql(
             "SELECT question_id, hard_negative_ids FROM questions ORDER BY question_id").to_pylist()
-        [mined] = (Path(ws) / "indexes" / "dense" / "negatives").glob("p2-*.parquet")
-        files[name] = pq.read_table(mined)
+        files[name] = pq.read_table(reports[name].negatives_file)
     reference = negatives["unmapped"]
     assert len(reference) == 20 and sum(len(r["hard_negative_ids"]) for r in reference) > 20
     assert negatives["dask"] == reference

@@ -31,8 +31,8 @@ def reference(prefect_harness, tmp_path_factory) -> dict[str, list[dict]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv(DASK_ADDRESS_ENV, raising=False)
         report = ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(ws_dir), chunk_pages=CHUNK_PAGES)
-    assert report["rows_articles"] == 182 and report["rows_passages"] > 100
-    assert report["cleaned_on"].startswith("local process pool")
+    assert report.rows["articles"] == 182 and report.rows["passages"] > 100
+    assert report.cleaned_on.startswith("local process pool")
     rows = _rows(ws_dir)
     assert [r["article_id"] for r in rows["articles"]] == [p.page_id for p in iter_pages(SAMPLE_DUMP)]
     return rows
@@ -70,8 +70,8 @@ def test_chunks_on_a_local_dask_cluster_equal_the_default_runner(
         report = ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(ws_dir), chunk_pages=CHUNK_PAGES)
         cleaned_on_cluster = cluster.scheduler.task_prefixes["clean_chunk_task"].state_counts["memory"]
     assert cleaned_on_cluster == 10  # every chunk went to the cluster's workers
-    assert report["resumed_chunks"] == 0 and report["rows_articles"] == 182
-    assert report["cleaned_on"] == f"dask {cluster.scheduler_address}"
+    assert report.resumed_chunks == 0 and report.rows["articles"] == 182
+    assert report.cleaned_on == f"dask {cluster.scheduler_address}"
     assert _rows(ws_dir) == reference
 
 
@@ -98,5 +98,5 @@ def test_failed_ingest_on_the_thread_runner_resumes_to_identical_rows(
     assert Workspace.resolve(ws_dir).rows("articles") == 0  # nothing half-visible
     monkeypatch.setattr(wikipedia, "process_chunk", real)
     report = wikipedia.ingest_wikipedia_flow(**kwargs)
-    assert report["resumed_chunks"] == 5  # chunks 0-4 were written in order before chunk 5 failed
+    assert report.resumed_chunks == 5  # chunks 0-4 were written in order before chunk 5 failed
     assert _rows(ws_dir) == reference

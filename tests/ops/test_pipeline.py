@@ -3,6 +3,7 @@ inputs finishes from cache, and changing one input re-runs exactly the stages do
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from flows.pipeline import (
     EvaluationSettings,
     QuestionSettings,
     SourceSettings,
+    StageOutcome,
     StageSpec,
     TrainingSettings,
     plan_stages,
@@ -33,10 +35,10 @@ def test_stage_keys_follow_inputs_and_upstream_outputs(tmp_path: Path) -> None:
     data = tmp_path / "facts.nt"
     data.write_text("a\n", encoding="utf-8")
     spec = StageSpec(name="s", kind="questions-trex", kwargs={"dataset": "x"}, files=[str(data)])
-    up = [{"name": "ingest", "key": "k1", "outputs": {"passages": "v1"}}]
+    up = [StageOutcome(name="ingest", key="k1", outputs={"passages": "v1"}, seconds=1.0, report={})]
     key = stage_key(spec, up)
     assert stage_key(spec, up) == key
-    assert stage_key(spec, [{**up[0], "outputs": {"passages": "v2"}}]) != key
+    assert stage_key(spec, [dataclasses.replace(up[0], outputs={"passages": "v2"})]) != key
     assert stage_key(spec.model_copy(update={"kwargs": {"dataset": "y"}}), up) != key
     data.write_text("b\n", encoding="utf-8")
     assert stage_key(spec, up) != key
@@ -66,22 +68,22 @@ def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -
     ws = str(tmp_path / "ws")
     settings = {"workspace": ws, "questions": TINY_QUESTIONS, "training": TINY_TRAINING}
     first = odqa_pipeline(**settings, evaluation=tiny_evaluation())
-    assert set(first["states"].values()) == {"Completed"}, first["states"]
-    results = {row["run"]: row for row in first["results"]}
+    assert set(first.states.values()) == {"Completed"}, first.states
+    results = {row["run"]: row for row in first.results}
     assert set(results) == {"bm25-trex-test", "dpr-trex-test"}
     for row in results.values():
         assert 0 <= row["R@1"] <= row["R@5"] <= row["R@20"] <= 1
     assert results["bm25-trex-test"]["R@20"] > 0
 
     again = odqa_pipeline(**settings, evaluation=tiny_evaluation())
-    assert set(again["states"].values()) == {"Cached"}, again["states"]
-    assert again["results"] == first["results"]
+    assert set(again.states.values()) == {"Cached"}, again.states
+    assert again.results == first.results
 
     changed = odqa_pipeline(**settings, evaluation=tiny_evaluation(k=10))
-    rerun = {name for name, state in changed["states"].items() if state == "Completed"}
+    rerun = {name for name, state in changed.states.items() if state == "Completed"}
     assert rerun == {"run:bm25-trex-test", "run:dpr-trex-test", "evaluate:bm25-trex-test",
-                     "evaluate:dpr-trex-test"}, changed["states"]
-    assert {state for name, state in changed["states"].items() if name not in rerun} == {"Cached"}
+                     "evaluate:dpr-trex-test"}, changed.states
+    assert {state for name, state in changed.states.items() if name not in rerun} == {"Cached"}
 
 
 def test_runner_reaches_mapped_stages_without_changing_their_keys(tmp_path: Path) -> None:
@@ -91,10 +93,10 @@ def test_runner_reaches_mapped_stages_without_changing_their_keys(tmp_path: Path
     cluster = RunnerSettings(kind="dask", dask_address="tcp://10.0.0.5:8786")
     remote = plan_stages(ws, *settings, cluster)
     assert [s.name for s in local] == [s.name for s in remote]
-    up = [{"name": "ingest", "key": "k1", "outputs": {"passages": "v1"}}]
+    up = [StageOutcome(name="ingest", key="k1", outputs={"passages": "v1"}, seconds=1.0, report={})]
     assert [stage_key(s, up) for s in local] == [stage_key(s, up) for s in remote]
     mapped = {s.kind for s in remote if s.runtime}
-    assert mapped == {"ingest-wikipedia", "index-build", "mine", "bm25-run"}
+    assert mapped == {"ingest-wikipedia", "index-build", "mine", "run"}
     assert all(s.runtime == {"runner": cluster.model_dump()} for s in remote if s.runtime)
     # The default runner maps only BM25 batches; ingest, encoding and mining keep their own paths.
-    assert {s.kind for s in local if s.runtime} == {"bm25-run"}
+    assert {s.name for s in local if s.runtime} == {s.name for s in local if s.name.startswith("run:bm25-")}

@@ -32,64 +32,82 @@ def java() -> None:
         pytest.skip(f"BM25 needs a JDK: {error}")
 
 
+def _search(holder, retriever: str, question: str, k: int) -> tuple[str, list[tuple[str, str | None]]]:
+    """(release, [(passage id, text)]) of one question, from the release the holder serves now."""
+    with holder.lease() as release:
+        batcher = release.dense if retriever == "dense" else release.bm25
+        ranked = batcher.submit([(question, k)]).result(timeout=120)[0]
+        return release.release, [(pid, release.passage(pid)[1]) for pid, _ in ranked]
+
+
 @pytest.mark.e2e
 def test_searches_during_a_reindex_always_hit_a_complete_release(prefect_harness, tmp_path: Path, java) -> None:
-    from flows.reindex import current_release, reindex_flow, releases_dir, search_current
+    from flows.reindex import reindex_flow
+    from service.releases import ReleaseHolder
+    from storage import Workspace
+    from storage.releases import current_release, published_releases
 
-    ws = str(tmp_path / "ws")
-    first = reindex_flow(workspace=ws, dump=str(SAMPLE_DUMP), model=_minilm())
-    assert not first["noop"] and first["passages"] == first["bm25_documents"] == first["dense_vectors"] == 150
-    assert search_current([QUESTION], k=5, workspace=ws)[0][0]["release"] == first["release"]
-    again = reindex_flow(workspace=ws, model=_minilm())
-    assert again["noop"] and again["release"] == first["release"]
-
-    delta = tmp_path / "delta.tsv"
-    delta.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\t{h}\n" for i, t, h in DELTA), encoding="utf-8")
-    seen: dict[str, set[str]] = {"bm25": set(), "dense": set()}
-    problems: list[str] = []
-    searches = 0
-    stop = threading.Event()
-
-    def keep_searching() -> None:
-        nonlocal searches
-        while not stop.is_set():
-            for retriever in ("bm25", "dense"):
-                try:
-                    hits = search_current([QUESTION], k=5, retriever=retriever, workspace=ws)[0]
-                except Exception as error:  # the test fails on any error a searcher sees
-                    problems.append(f"{retriever}: {type(error).__name__}: {error}")
-                    continue
-                if len(hits) != 5 or any(h["text"] is None for h in hits) or len({h["release"] for h in hits}) != 1:
-                    problems.append(f"{retriever}: partial result {hits}")
-                seen[retriever].add(hits[0]["release"])
-                searches += 1
-            time.sleep(0.05)  # leave the two cores to the re-index most of the time
-
-    searcher = threading.Thread(target=keep_searching, daemon=True)
-    searcher.start()
+    ws = Workspace.resolve(tmp_path / "ws")
+    first = reindex_flow(workspace=str(ws.root), dump=str(SAMPLE_DUMP), model=_minilm())
+    figures = first.figures
+    assert not first.noop and figures["passages"] == figures["bm25_documents"] == figures["dense_vectors"] == 150
+    holder = ReleaseHolder(ws, poll_s=0.2)
+    holder.start()
     try:
-        second = reindex_flow(workspace=ws, passages=str(delta), passages_format="dpr-tsv", model=_minilm())
-        time.sleep(1.0)  # a few searches on the new release too
+        assert _search(holder, "dense", QUESTION, 5)[0] == first.release
+        again = reindex_flow(workspace=str(ws.root), model=_minilm())
+        assert again.noop and again.release == first.release
+
+        delta = tmp_path / "delta.tsv"
+        delta.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\t{h}\n" for i, t, h in DELTA), encoding="utf-8")
+        seen: dict[str, set[str]] = {"bm25": set(), "dense": set()}
+        problems: list[str] = []
+        searches = 0
+        stop = threading.Event()
+
+        def keep_searching() -> None:
+            nonlocal searches
+            while not stop.is_set():
+                for retriever in ("bm25", "dense"):
+                    try:
+                        version, hits = _search(holder, retriever, QUESTION, 5)
+                    except Exception as error:  # the test fails on any error a searcher sees
+                        problems.append(f"{retriever}: {type(error).__name__}: {error}")
+                        continue
+                    if len(hits) != 5 or any(text is None for _, text in hits):
+                        problems.append(f"{retriever}: partial result {hits}")
+                    seen[retriever].add(version)
+                    searches += 1
+                time.sleep(0.05)  # leave the two cores to the re-index most of the time
+
+        searcher = threading.Thread(target=keep_searching, daemon=True)
+        searcher.start()
+        try:
+            second = reindex_flow(workspace=str(ws.root), passages=str(delta), passages_format="dpr-tsv",
+                                  model=_minilm())  # fmt: skip
+            time.sleep(1.5)  # a few searches on the new release too
+        finally:
+            stop.set()
+            searcher.join(timeout=60)
     finally:
-        stop.set()
-        searcher.join(timeout=60)
+        holder.stop()
     assert not problems, problems[:5]
     assert searches > 2
-    assert second["passages"] == 152 and second["previous"] == first["release"]
-    assert current_release(__import__("storage").Workspace.resolve(ws))["release"] == second["release"]
-    assert {first["release"], second["release"]} >= seen["bm25"] | seen["dense"]
-    assert second["release"] in seen["bm25"] | seen["dense"]
-    assert sorted(p.name for p in releases_dir(__import__("storage").Workspace.resolve(ws)).iterdir()) == sorted(
-        [first["release"], second["release"]])
-    metrics = __import__("storage").Workspace.resolve(ws).sql(
+    assert second.figures["passages"] == 152 and second.previous == first.release
+    assert current_release(ws).release == second.release
+    assert {first.release, second.release} >= seen["bm25"] | seen["dense"]
+    assert second.release in seen["bm25"] | seen["dense"]
+    assert [r.release for r in published_releases(ws)] == [first.release, second.release]
+    metrics = ws.sql(
         "SELECT run, metric, value FROM metrics WHERE run LIKE 'reindex:%' AND metric = 'passages' ORDER BY value"
     ).to_pylist()
     assert [m["value"] for m in metrics] == [150.0, 152.0]
 
 
 def test_a_second_reindex_is_refused_while_one_runs(prefect_harness, tmp_path: Path) -> None:
-    from flows.reindex import ReindexBusyError, reindex_flow, reindex_lock
+    from flows.reindex import reindex_flow
     from storage import Workspace
+    from storage.releases import ReindexBusyError, reindex_lock
 
     ws = Workspace.resolve(tmp_path / "ws")
     with reindex_lock(ws, holder="test run"):
@@ -126,13 +144,16 @@ def _edited_dump(source: Path, target: Path, edit: list[int], remove: int, add_f
 def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Path, java) -> None:
     import numpy as np
 
-    from flows.reindex import current_release, reindex_flow, releases_dir, search_current
+    from flows.reindex import reindex_flow
+    from models.workspace_search import bm25_searcher, dense_build, dense_searcher
     from pipelines.dense.sharded_encoding import EncodedCorpus
     from storage import Workspace
+    from storage.model_registry import resolve_model
+    from storage.releases import current_release
 
     plain = SAMPLE_DUMP.with_suffix("")  # the uncompressed sample, same pages
     first_ws, full_ws = Workspace.resolve(tmp_path / "incremental"), Workspace.resolve(tmp_path / "full")
-    first = reindex_flow(workspace=str(first_ws.root), dump=str(plain), model=_minilm())
+    first = reindex_flow(workspace=str(first_ws.root), dump=str(plain), model=_minilm()).figures
     assert first["reencoded_passages"] == first["passages"] and first["reused_passages"] == 0
 
     by_article = first_ws.sql("SELECT article_id, count(*) AS n FROM passages GROUP BY article_id "
@@ -145,8 +166,9 @@ def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Pa
     contents = "SELECT passage_id, article_id, title, text FROM passages"
     before = {(r["passage_id"], r["title"], r["text"]) for r in first_ws.sql(contents).to_pylist()}
 
-    second = reindex_flow(workspace=str(first_ws.root), dump=str(dump2), model=_minilm())
-    full = reindex_flow(workspace=str(full_ws.root), dump=str(dump2), model=_minilm())
+    second_report = reindex_flow(workspace=str(first_ws.root), dump=str(dump2), model=_minilm())
+    second = second_report.figures
+    full = reindex_flow(workspace=str(full_ws.root), dump=str(dump2), model=_minilm()).figures
 
     after = first_ws.sql(contents).to_pylist()
     changed = [r for r in after if (r["passage_id"], r["title"], r["text"]) not in before]
@@ -162,20 +184,19 @@ def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Pa
     columns = "passage_id, article_id, title, text, position"
     assert first_ws.sql(f"SELECT {columns} FROM passages").to_pylist() == \
         full_ws.sql(f"SELECT {columns} FROM passages").to_pylist()
-    incremental = EncodedCorpus(releases_dir(first_ws) / second["release"] / "embeddings")
-    rebuilt = EncodedCorpus(releases_dir(full_ws) / full["release"] / "embeddings")
+    incremental = EncodedCorpus(dense_build(first_ws, resolve_model(first_ws, _minilm())).embeddings)
+    rebuilt = EncodedCorpus(dense_build(full_ws, resolve_model(full_ws, _minilm())).embeddings)
     assert incremental.ids().to_pylist() == rebuilt.ids().to_pylist()
     rows = np.arange(len(rebuilt))
     np.testing.assert_allclose(incremental.vectors(rows), rebuilt.vectors(rows), atol=2e-5)
 
     questions = [QUESTION, "What is the capital of Switzerland?", "Which river flows through Zurich?"]
-    for retriever in ("bm25", "dense"):
-        got = search_current(questions, k=10, retriever=retriever, workspace=str(first_ws.root))
-        want = search_current(questions, k=10, retriever=retriever, workspace=str(full_ws.root))
-        assert [[h["passage_id"] for h in row] for row in got] == [[h["passage_id"] for h in row] for row in want]
-    assert current_release(first_ws)["release"] == second["release"]
+    for open_searcher in (bm25_searcher, lambda ws: dense_searcher(ws, resolve_model(ws, _minilm()))):
+        got, want = (open_searcher(ws).search(questions, 10).ranked() for ws in (first_ws, full_ws))
+        assert [[pid for pid, _ in row] for row in got] == [[pid for pid, _ in row] for row in want]
+    assert current_release(first_ws).release == second_report.release
     recorded = {m["metric"]: m["value"] for m in first_ws.sql(
-        f"SELECT metric, value FROM metrics WHERE run = 'reindex:{second['release']}'").to_pylist()}
+        f"SELECT metric, value FROM metrics WHERE run = 'reindex:{second_report.release}'").to_pylist()}
     assert recorded["reencoded_passages"] == len(changed)
     assert recorded["reused_passages"] == second["reused_passages"]
     assert recorded["removed_passages"] == second["removed_passages"]

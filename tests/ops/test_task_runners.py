@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from flows.task_runners import make_task_runner
+from flows.task_runners import RunnerSettings, make_task_runner
 from pipelines.retrieval.java import JavaMissingError, check_java
 
 
@@ -31,9 +31,9 @@ def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_h
         pytest.skip(f"BM25 needs a JDK: {error}")
     from distributed import LocalCluster
 
-    from flows.pipeline import _bm25_run_stage
+    from flows.bm25 import bm25_index_flow
     from flows.questions import import_questions_flow
-    from flows.retrieval import bm25_index_flow
+    from flows.retrieve import retrieve_flow
     from flows.wikipedia import ingest_wikipedia_flow
     from storage import Workspace
 
@@ -43,11 +43,11 @@ def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_h
                           workspace=ws)
     bm25_index_flow(workspace=ws, threads=1)
     common = {"dataset": "nq", "split": "test", "k": 20, "workspace": ws}
-    local = _bm25_run_stage(runner={"kind": "threads", "bm25_batch": 8}, run="bm25-threads", **common)
+    local = retrieve_flow(runner=RunnerSettings(kind="threads", bm25_batch=8), run="bm25-threads", **common)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
-        dask = _bm25_run_stage(runner={"kind": "dask", "dask_address": cluster.scheduler_address, "bm25_batch": 8},
-                               run="bm25-dask", **common)
-    assert local["batches"] == dask["batches"] == 4 and local["rows"] == dask["rows"] > 0
+        dask = retrieve_flow(runner=RunnerSettings(kind="dask", dask_address=cluster.scheduler_address, bm25_batch=8),
+                             run="bm25-dask", **common)
+    assert local.batches == dask.batches == 4 and local.rows == dask.rows > 0
     rows = {run: Workspace.resolve(ws).sql(
         f"SELECT question_id, passage_id, rank, score FROM runs WHERE run = '{run}' ORDER BY question_id, rank"
     ).to_pylist() for run in ("bm25-threads", "bm25-dask")}

@@ -23,7 +23,7 @@ def served_workspace(prefect_harness: str, tmp_path_factory: pytest.TempPathFact
         pytest.skip(f"the service's BM25 needs a JDK: {error}")
     root = tmp_path_factory.mktemp("served") / "ws"
     report = reindex_flow(workspace=str(root), dump=str(SAMPLE_DUMP), model=minilm())
-    assert report["dense_vectors"] == 150
+    assert report.figures["dense_vectors"] == 150
     return root
 
 

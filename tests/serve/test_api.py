@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from flows.serve import create_app
+from service.app import create_app
 from tests.serve.harness import ServiceThread
 
 QUESTION = "Where was Marie Curie born?"
@@ -30,10 +30,10 @@ def _search(service: ServiceThread, body: dict | str | bytes, **kw) -> requests.
 @pytest.mark.parametrize("retriever", ["dense", "bm25", "hybrid"])
 def test_search_answers_from_the_current_release(service: ServiceThread, served_workspace: Path,
                                                  retriever: str) -> None:  # fmt: skip
-    from flows.reindex import current_release
     from storage import Workspace
+    from storage.releases import current_release
 
-    version = current_release(Workspace.resolve(served_workspace))["release"]
+    version = current_release(Workspace.resolve(served_workspace)).release
     reply = _search(service, {"question": QUESTION, "k": 5, "retriever": retriever, "alpha": 1.0})
     assert reply.status_code == 200, reply.text
     body = reply.json()
@@ -66,16 +66,16 @@ def test_concurrent_requests_are_micro_batched(service: ServiceThread) -> None:
 
 
 def test_index_health_and_docs(service: ServiceThread, served_workspace: Path) -> None:
-    from flows.reindex import current_release
     from storage import Workspace
+    from storage.releases import current_release
 
     release = current_release(Workspace.resolve(served_workspace))
     info = requests.get(f"{service.url}/index", timeout=10).json()
-    assert info["version"] == release["release"] and info["passages_snapshot"] == release["passages_version"]
-    assert info["index_type"] == "flat" and info["built_at"] == release["created_at"] and info["passages"] == 150
+    assert info["version"] == release.release and info["passages_snapshot"] == release.passages_version
+    assert info["index_type"] == "flat" and info["built_at"] == release.created_at and info["passages"] == 150
     assert info["retrievers"] == ["bm25", "dense", "hybrid"]
     health = requests.get(f"{service.url}/health", timeout=10).json()
-    assert health["status"] == "ok" and health["version"] == release["release"] and health["last_error"] is None
+    assert health["status"] == "ok" and health["version"] == release.release and health["last_error"] is None
     docs = requests.get(f"{service.url}/docs", timeout=10)
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert "/search" in requests.get(f"{service.url}/openapi.json", timeout=10).json()["paths"]
@@ -124,5 +124,5 @@ def test_malformed_or_oversized_bodies_are_refused_and_the_service_stays_up(serv
 def test_a_workspace_without_a_release_answers_503_until_one_appears(tmp_path: Path) -> None:
     with ServiceThread(create_app(tmp_path / "empty", poll_s=0.2)) as empty:
         reply = _search(empty, {"question": QUESTION})
-        assert reply.status_code == 503 and "run a re-index" in reply.json()["error"]
+        assert reply.status_code == 503 and "build one (odqa bm25 index" in reply.json()["error"]
         assert requests.get(f"{empty.url}/health", timeout=10).json()["status"] == "no_index"

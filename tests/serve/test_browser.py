@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.serve import create_app
+from service.app import create_app
 from tests.serve.harness import REPO, ServiceThread
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -56,10 +56,10 @@ def test_the_search_page_shows_highlighted_results_and_the_index_version(browser
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from flows.reindex import current_release
     from storage import Workspace
+    from storage.releases import current_release
 
-    version = current_release(Workspace.resolve(served_workspace))["release"]
+    version = current_release(Workspace.resolve(served_workspace)).release
     with ServiceThread(create_app(served_workspace)) as service:
         browser.get(f"{service.url}/")
         wait = WebDriverWait(browser, 60)

@@ -3,26 +3,29 @@ only when its last request ends; a release that fails to load leaves the old one
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 
-from flows.reindex import current_release, releases_dir, switch_current
-from flows.serve_release import ReleaseHolder
+from service.releases import ReleaseHolder
 from storage import Workspace
+from storage.releases import Release, current_release, switch_current
 
 
-def _clone_release(ws: Workspace, new_id: str, source: str | None = None) -> dict:
-    """A second complete release: the files of `source` (default: the current one) under a new id."""
-    source = source or current_release(ws)["release"]
-    record = json.loads((releases_dir(ws) / source / "release.json").read_text(encoding="utf-8"))
-    target = releases_dir(ws) / new_id
-    shutil.copytree(releases_dir(ws) / source, target)
-    record = {**record, "release": new_id}
-    (target / "release.json").write_text(json.dumps(record), encoding="utf-8")
-    return record
+def _clone_release(ws: Workspace, new_id: str, source: Release | None = None, copy_dense: bool = False) -> Release:
+    """A second release serving the builds of `source` (default: the current one) under a new id;
+    with `copy_dense`, from a copy of its dense index folder (which a test may then break)."""
+    source = source or current_release(ws)
+    dense = source.dense
+    if copy_dense:
+        entry = source.dense[0]
+        copied = {kind: f"{folder}-{new_id}" for kind, folder in entry.indexes.items()}
+        for kind, folder in entry.indexes.items():
+            shutil.copytree(ws.indexes_dir / folder, ws.indexes_dir / copied[kind])
+        dense = [dataclasses.replace(entry, indexes=copied), *source.dense[1:]]
+    return dataclasses.replace(source, release=new_id, dense=dense)
 
 
 @pytest.fixture
@@ -39,7 +42,7 @@ def _ask(release, question: str = "Where was Marie Curie born?") -> list:
 
 def test_a_switch_swaps_in_the_new_release_and_frees_the_old_after_its_last_request(holder: ReleaseHolder) -> None:
     ws = holder.ws
-    first = current_release(ws)["release"]
+    first = current_release(ws).release
     with holder.lease() as old:
         assert old.release == first
         switch_current(ws, _clone_release(ws, "29990101T000000000000Z-clone"))
@@ -51,30 +54,32 @@ def test_a_switch_swaps_in_the_new_release_and_frees_the_old_after_its_last_requ
         assert health["version"] == new.release and health["retiring"] == [{"version": first, "in_flight": 1}]
         assert not old.closed, "freed while a request still used it"
         assert _ask(old), "the old release must keep answering its in-flight request"
-    assert old.closed and old.dense_index is None
+    assert old.closed and old.dense_searcher is None
     assert holder.health()["retiring"] == []
     assert holder.check_pointer() is False  # nothing new
 
 
 def test_a_release_that_fails_to_load_is_reported_and_the_old_one_keeps_serving(holder: ReleaseHolder) -> None:
     ws = holder.ws
-    first = current_release(ws)["release"]
-    broken = _clone_release(ws, "29990101T000000000000Z-broken")
-    faiss_file = releases_dir(ws) / broken["release"] / "flat" / "part-000.faiss"
+    original = current_release(ws)
+    first = original.release
+    broken = _clone_release(ws, "29990101T000000000000Z-broken", copy_dense=True)
+    faiss_file = ws.indexes_dir / broken.dense[0].indexes["flat"] / "part-000.faiss"
     faiss_file.write_bytes(faiss_file.read_bytes()[:100])  # a truncated index
     switch_current(ws, broken)
     assert holder.check_pointer() is False
     health = holder.health()
-    assert health["status"] == "degraded" and health["version"] == first and health["pointer"] == broken["release"]
-    assert health["last_error"]["release"] == broken["release"] and health["last_error"]["kept"] == first
+    assert health["status"] == "degraded" and health["version"] == first and health["pointer"] == broken.release
+    assert health["last_error"]["release"] == broken.release and health["last_error"]["kept"] == first
     with holder.lease() as release:
         assert release.release == first and _ask(release)
     assert holder.check_pointer() is False, "the same broken release is not reloaded on every poll"
 
-    switch_current(ws, {**current_release(ws), "release": "29990101T000000000000Z-missing"})
+    missing = dataclasses.replace(original, release="29990101T000000000000Z-missing", bm25="bm25/no-such-version")
+    switch_current(ws, missing)
     assert holder.check_pointer() is False
-    assert "missing" in holder.health()["last_error"]["error"]
+    assert "no BM25 index" in holder.health()["last_error"]["error"]
 
-    switch_current(ws, _clone_release(ws, "29990101T000000000000Z-good", source=first))
+    switch_current(ws, _clone_release(ws, "29990101T000000000000Z-good", source=original))
     assert holder.check_pointer() is True
     assert holder.health()["status"] == "ok" and holder.health()["last_error"] is None

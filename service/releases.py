@@ -1,27 +1,25 @@
 """The releases a search service holds in memory, and the hot swap between them.
 
-`flows.reindex` builds each index release side by side and switches `indexes/current.json` with
-one rename. A long-running service must follow that pointer without ever answering from a
-half-loaded index or freeing an index a request is still reading:
+Every index build publishes the workspace's current indexes as a release and switches the
+pointer (`storage.releases`). A long-running service follows that pointer without ever answering
+from a half-loaded index or freeing an index a request is still reading:
 
-* :class:`LoadedRelease` is one release in memory: its question encoder, FAISS index, BM25
-  searcher and passage texts, with a reference count of the requests using it. Question
-  encoding + FAISS search and BM25 search each run on a :class:`~pipelines.microbatch.MicroBatcher`
-  worker, so concurrent requests share batches and the JVM searcher and torch module are only
-  called from one thread each.
-* :class:`ReleaseHolder` polls `current.json` (every second by default; no inotify needed).
-  When it names a new release, the holder loads it *beside* the old one, swaps one reference
-  under a lock, and frees the old release when its last in-flight request returns. A release
-  that fails to load is logged and reported by `health()`; the service stays on the release it
-  had. A failed or killed re-index never touches `current.json`, so it changes nothing here.
+* :class:`LoadedRelease` is one release in memory: its searchers (`pipelines.search`) and the
+  passage texts, with a reference count of the requests using it. Dense search (question
+  encoding + FAISS) and BM25 search each run on a :class:`~pipelines.microbatch.MicroBatcher`,
+  so concurrent requests share batches; the JVM searcher is only called from one thread.
+* :class:`ReleaseHolder` polls the pointer (every second by default; no inotify needed). When it
+  names a new release, the holder loads it *beside* the old one, swaps one reference under a
+  lock, and frees the old release when its last in-flight request returns. A release that fails
+  to load is logged and reported by `health()`; the service stays on the release it had. A
+  failed or killed build never moves the pointer, so it changes nothing here.
 
-No Prefect flow runs here: serving a request must not start a Prefect server.
+No Prefect here: serving a request must not start a Prefect server.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -32,16 +30,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from flows.reindex import PASSAGE_COLUMNS, RELEASE_FILE, NoReleaseError, current_release, releases_dir
+from models.retriever import load_retriever
+from pipelines.dense.faiss_index import open_faiss_index
 from pipelines.microbatch import MicroBatcher
+from pipelines.retrieval.bm25 import open_bm25_index
+from pipelines.search.bm25_searcher import Bm25Searcher
+from pipelines.search.dense_searcher import DenseSearcher
+from pipelines.search.hits import Hits, Ranked
 from storage import Workspace
+from storage.model_registry import resolve_model
+from storage.passages import passages_by_id
+from storage.releases import DenseRelease, NoReleaseError, Release, pointer_path, read_pointer
 
 log = logging.getLogger("odqa.serve")
 
-Hits = list[tuple[str, float]]  # (passage_id, score), best first
+INDEX_PREFERENCE = ("flat", "hnsw", "ivfpq")  # what a release's dense side is searched with, unless told
 
 
 def _now() -> str:
@@ -66,7 +69,8 @@ class BatchSettings:
 
 
 class EncoderCache:
-    """Question encoders by model path, loaded once and shared by every release that uses them."""
+    """Question encoders by model path, loaded once and shared by every release that uses them
+    (one model for all encoder workers: its forward is safe to share, tokenizing takes a lock)."""
 
     def __init__(self) -> None:
         self._encoders: dict[str, Any] = {}
@@ -75,38 +79,49 @@ class EncoderCache:
     def get(self, path: str):
         with self._lock:
             if path not in self._encoders:
-                from models.retriever import load_retriever
-
                 started = time.perf_counter()
                 self._encoders[path] = load_retriever(path)
                 log.info("loaded question encoder %s in %.1fs", path, time.perf_counter() - started)
             return self._encoders[path]
 
 
+Batch = list[tuple[str, int]]  # (question, k) of each request in a micro-batch
+
+
+def _per_request(hits: Hits, items: Batch) -> list[Ranked]:
+    """Split the hits of one micro-batch (searched at the largest k) back per request."""
+    return [found[:k] for found, (_, k) in zip(hits.ranked(), items, strict=True)]
+
+
 class LoadedRelease:
     """One complete release in memory, reference-counted by the requests using it."""
 
-    def __init__(self, record: dict[str, Any], encoder, dense_index, bm25_searcher,
+    def __init__(self, release: Release, dense_entry: DenseRelease | None, dense: DenseSearcher | None,
+                 bm25: Bm25Searcher | None, index_type: str | None,
                  passages: dict[str, tuple[str | None, str | None]], batching: BatchSettings,
                  expected: Callable[[], int] | None) -> None:  # fmt: skip
-        self.record = record
-        self.release: str = record["release"]
-        self.encoder = encoder
-        self.dense_index = dense_index
-        self.bm25_searcher = bm25_searcher
+        self.record = release
+        self.release = release.release
+        self.dense_entry = dense_entry
+        self.index_type = index_type
+        self.dense_searcher = dense
+        self.bm25_searcher = bm25
         self.passages = passages
-        self.stored_alpha: float | None = None  # the model's tuned hybrid alpha, set by load_release
+        self.stored_alpha: float | None = dense_entry.alpha if dense_entry is not None else None
         self.loaded_at = _now()
         self.refs = 0
         self.retired = False
         self.closed = False
         self.dense = (MicroBatcher(self._dense_batch, max_wait_s=batching.max_wait_s, max_items=batching.max_items,
                                    expected=expected, name=f"dense-{self.release}", workers=batching.encoder_workers)
-                      if dense_index is not None else None)  # fmt: skip
-        self._tokenize_lock = threading.Lock()
+                      if dense is not None else None)  # fmt: skip
         self.bm25 = (MicroBatcher(self._bm25_batch, max_wait_s=batching.max_wait_s, max_items=batching.max_items,
                                   expected=expected, name=f"bm25-{self.release}")
-                     if bm25_searcher is not None else None)  # fmt: skip
+                     if bm25 is not None else None)  # fmt: skip
+
+    @property
+    def model(self) -> str | None:
+        return self.dense_entry.model if self.dense_entry is not None else None
 
     @property
     def retrievers(self) -> list[str]:
@@ -115,39 +130,25 @@ class LoadedRelease:
 
     def describe(self) -> dict[str, Any]:
         """What GET /index shows: the model, index type, passages snapshot, build time, version."""
-        return {"version": self.release, "model": model_display_name(self.record.get("model")),
-                "index_type": self.record.get("index_type"), "bm25": self.bm25 is not None,
-                "passages_snapshot": self.record.get("passages_version"), "passages": len(self.passages),
-                "built_at": self.record.get("created_at"), "loaded_at": self.loaded_at,
-                "retrievers": self.retrievers}  # fmt: skip
+        return {"version": self.release, "model": model_display_name(self.model), "index_type": self.index_type,
+                "bm25": self.bm25 is not None, "passages_snapshot": self.record.passages_version,
+                "passages": len(self.passages), "built_at": self.record.created_at, "loaded_at": self.loaded_at,
+                "retrievers": self.retrievers,
+                "models": [model_display_name(entry.model) for entry in self.record.dense]}  # fmt: skip
 
-    def _dense_batch(self, items: list[tuple[str, int]]) -> list[Hits]:
+    def _dense_batch(self, items: Batch) -> list[Ranked]:
         """Encode every question of the batch in one forward pass, then one FAISS search for all.
+        Batches may run on several workers at once (see `DenseSearcher`)."""
+        return _per_request(self.dense_searcher.search([q for q, _ in items], max(k for _, k in items)), items)  # type: ignore[union-attr]
 
-        Batches may run on several workers at once: the model's forward is safe to share, a fast
-        tokenizer is not (it keeps per-call padding state), so tokenising takes a lock."""
-        import torch
-
-        with self._tokenize_lock:
-            inputs = self.encoder.tokenize_questions([question for question, _ in items])
-        with torch.inference_mode():
-            device = self.encoder.device
-            vectors = self.encoder.embed_questions({k: v.to(device) for k, v in inputs.items()}).float().cpu().numpy()
-        scores, ids = self.dense_index.search(vectors, max(k for _, k in items))
-        return [[(pid, float(s)) for pid, s in zip(id_row[:k], score_row[:k], strict=True) if pid is not None]
-                for (_, k), id_row, score_row in zip(items, ids, scores, strict=True)]  # fmt: skip
-
-    def _bm25_batch(self, items: list[tuple[str, int]]) -> list[Hits]:
-        qids = [str(i) for i in range(len(items))]
-        found = self.bm25_searcher.search_batch([q for q, _ in items], qids, k=max(k for _, k in items),
-                                                threads=min(4, os.cpu_count() or 1))  # fmt: skip
-        return [found.get(qid, [])[:k] for qid, (_, k) in zip(qids, items, strict=True)]
+    def _bm25_batch(self, items: Batch) -> list[Ranked]:
+        return _per_request(self.bm25_searcher.search([q for q, _ in items], max(k for _, k in items)), items)  # type: ignore[union-attr]
 
     def passage(self, passage_id: str) -> tuple[str | None, str | None]:
         return self.passages.get(passage_id, (None, None))
 
     def close(self) -> None:
-        """Stop the batch workers and drop the index (called when no request uses it any more)."""
+        """Stop the batch workers and drop the indexes (called when no request uses it any more)."""
         if self.closed:
             return
         self.closed = True
@@ -156,62 +157,68 @@ class LoadedRelease:
                 batcher.close()
         if self.bm25_searcher is not None:
             self.bm25_searcher.close()
-        self.dense_index = self.bm25_searcher = None
+        self.dense_searcher = self.bm25_searcher = None
         self.passages = {}
         log.info("freed release %s", self.release)
 
 
-def _read_passages(ws: Workspace, ids: pa.Array | None) -> dict[str, tuple[str | None, str | None]]:
-    """Title and text of the release's passages (all passages when the release has no id list)."""
-    flt = pc.field("passage_id").isin(ids) if ids is not None else None
-    table = ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=flt)
-    return dict(zip(table.column("passage_id").to_pylist(),
-                    zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True),
-                    strict=True))  # fmt: skip
+def _dense_side(ws: Workspace, release: Release, model: str | None, index_type: str | None
+                ) -> tuple[DenseRelease, str, str] | None:  # fmt: skip
+    """(the release's dense entry, the question encoder's path, the index type) the service
+    searches with: `model` (its own or a query-side fine-tune of a served model), else the
+    release's default; None when the release has no dense index."""
+    if not release.dense:
+        return None
+    if model is None:
+        entry = release.dense_of(release.default_model) if release.default_model else release.dense[0]
+        question_path = entry.model_path  # type: ignore[union-attr]
+    else:
+        ref = resolve_model(ws, model)
+        entry = release.dense_of(ref.passage_name) or release.dense_of(ref.passage_key)
+        if entry is None:
+            served = ", ".join(e.model for e in release.dense)
+            raise ValueError(f"release {release.release} has no index of model {ref.passage_name!r} (the passage side "
+                             f"of {model!r}); it serves {served}")  # fmt: skip
+        question_path = ref.path
+    chosen = index_type or next(t for t in INDEX_PREFERENCE if t in entry.indexes)  # type: ignore[union-attr]
+    if chosen not in entry.indexes:  # type: ignore[union-attr]
+        raise ValueError(f"release {release.release} has no {chosen} index of model {entry.model!r} "  # type: ignore[union-attr]
+                         f"(it has {', '.join(entry.indexes)})")  # type: ignore[union-attr]  # fmt: skip
+    return entry, question_path, chosen  # type: ignore[return-value]
 
 
-def load_release(ws: Workspace, release: str, *, model: str | None, encoders: EncoderCache,
-                 batching: BatchSettings, expected: Callable[[], int] | None = None) -> LoadedRelease:  # fmt: skip
-    """Load a complete release folder; any problem raises (the caller keeps its old release).
-
-    `model` is the question encoder to use (default: the release's own model); it must be the
-    release's model or a query-side fine-tune of it (its passage side made the index)."""
-    from flows.dense import resolve_model
-    from pipelines.dense.faiss_index import open_index as open_dense
-    from pipelines.retrieval.bm25 import Bm25Searcher
-    from pipelines.retrieval.bm25 import open_index as open_bm25
-
+def load_release(ws: Workspace, release: Release, *, model: str | None, index_type: str | None,
+                 encoders: EncoderCache, batching: BatchSettings,
+                 expected: Callable[[], int] | None = None) -> LoadedRelease:  # fmt: skip
+    """Load a published release; any problem raises (the caller keeps its old release)."""
     started = time.perf_counter()
-    folder = releases_dir(ws) / release
-    record_path = folder / RELEASE_FILE
-    if not record_path.is_file():
-        raise FileNotFoundError(f"release {release}: {record_path} is missing (not a complete release)")
-    record = json.loads(record_path.read_text(encoding="utf-8"))
-    if record.get("release") != release:
-        raise ValueError(f"release {release}: {RELEASE_FILE} names release {record.get('release')!r}")
-    encoder = dense_index = None
-    if record.get("index_type"):
-        ref = resolve_model(ws, model or record["model"])
-        if ref.passage_name != record["model"] and ref.passage_path != record["model"]:
-            raise ValueError(f"release {release} was encoded with {record['model']!r}; the question encoder "
-                             f"{ref.name!r} belongs to {ref.passage_name!r}")  # fmt: skip
-        encoder = encoders.get(ref.path)
-        dense_index = open_dense(folder / record["index_type"])
-    bm25_searcher = Bm25Searcher(open_bm25(folder / "bm25")) if record.get("bm25") else None
+    root = ws.indexes_dir
+    dense = entry = chosen = None
+    side = _dense_side(ws, release, model, index_type)
+    if side is not None:
+        entry, question_path, chosen = side
+        encoder = encoders.get(question_path)
+        index = open_faiss_index(root / entry.indexes[chosen], mmap=None)  # budget-split parts are memory-mapped
+        if index.meta.model_fingerprint != (encoders.get(entry.model_path).config_fingerprint()
+                                            if question_path != entry.model_path else encoder.config_fingerprint()):
+            raise ValueError(f"release {release.release}: the {chosen} index of {entry.model!r} was built from other "
+                             "weights than the model now at its path (retrained under the same id?)")  # fmt: skip
+        dense = DenseSearcher(encoder, index)
+    bm25 = None
+    if release.bm25:
+        bm25 = Bm25Searcher(open_bm25_index(root / release.bm25, release.passages_version),
+                            threads=min(4, os.cpu_count() or 1))  # fmt: skip
     try:
-        passages = _read_passages(ws, dense_index.ids if dense_index is not None else None)
-        if dense_index is not None and len(passages) != dense_index.num_vectors:
-            raise ValueError(f"release {release}: {dense_index.num_vectors} vectors but {len(passages)} of their "
-                             "passages in the passages table")  # fmt: skip
-        loaded = LoadedRelease(record, encoder, dense_index, bm25_searcher, passages, batching, expected)
+        ids = dense.index.ids if dense is not None else None
+        passages = passages_by_id(ws, ids)
+        if dense is not None and len(passages) != dense.index.num_vectors:
+            raise ValueError(f"release {release.release}: {dense.index.num_vectors} vectors but {len(passages)} of "
+                             "their passages in the passages table")  # fmt: skip
+        loaded = LoadedRelease(release, entry, dense, bm25, chosen, passages, batching, expected)
     except BaseException:
-        if bm25_searcher is not None:
-            bm25_searcher.close()
+        if bm25 is not None:
+            bm25.close()
         raise
-    if dense_index is not None and bm25_searcher is not None:
-        from flows.dense import stored_alpha
-
-        loaded.stored_alpha = stored_alpha(ws, resolve_model(ws, record["model"]))
     try:  # warm up: the first real request should not pay for lazy initialisation
         for batcher in (loaded.dense, loaded.bm25):
             if batcher is not None:
@@ -219,22 +226,24 @@ def load_release(ws: Workspace, release: str, *, model: str | None, encoders: En
     except BaseException:
         loaded.close()
         raise
-    log.info("loaded release %s (%d passages, retrievers %s) in %.1fs", release, len(passages),
+    log.info("loaded release %s (%d passages, retrievers %s) in %.1fs", release.release, len(passages),
              ", ".join(loaded.retrievers), time.perf_counter() - started)  # fmt: skip
     return loaded
 
 
 class ReleaseHolder:
-    """Follows `current.json`: loads each new release beside the old one and swaps atomically.
+    """Follows the release pointer: loads each new release beside the old one and swaps atomically.
 
     Requests take a :meth:`lease`; the release they got stays loaded until the lease ends, even
     when a newer one was swapped in meanwhile.
     """
 
-    def __init__(self, ws: Workspace, *, model: str | None = None, batching: BatchSettings | None = None,
-                 poll_s: float = 1.0, expected: Callable[[], int] | None = None) -> None:  # fmt: skip
+    def __init__(self, ws: Workspace, *, model: str | None = None, index_type: str | None = None,
+                 batching: BatchSettings | None = None, poll_s: float = 1.0,
+                 expected: Callable[[], int] | None = None) -> None:  # fmt: skip
         self.ws = ws
         self.model = model
+        self.index_type = index_type
         self.batching = batching or BatchSettings()
         self.poll_s = poll_s
         self.expected = expected
@@ -252,7 +261,7 @@ class ReleaseHolder:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load what `current.json` names now, then keep watching it in a background thread."""
+        """Load what the pointer names now, then keep watching it in a background thread."""
         self.check_pointer()
         self._watcher = threading.Thread(target=self._watch, name="release-watcher", daemon=True)
         self._watcher.start()
@@ -272,16 +281,17 @@ class ReleaseHolder:
             try:
                 self.check_pointer()
             except Exception:  # the watcher must outlive any surprise; check_pointer logs its own
-                log.exception("checking %s failed", self.ws.indexes_dir / "current.json")
+                log.exception("checking %s failed", pointer_path(self.ws))
 
     # --- the pointer ----------------------------------------------------------------------------
 
     def check_pointer(self) -> bool:
-        """One poll: load and swap in the release `current.json` names if it is new. True on a swap."""
-        path = self.ws.indexes_dir / "current.json"
+        """One poll: load and swap in the release the pointer names if it is new. True on a swap."""
+        path = pointer_path(self.ws)
         try:
             mtime = path.stat().st_mtime_ns
-            wanted = (current_release(self.ws) or {}).get("release")
+            pointed = read_pointer(path)
+            wanted = pointed.release if pointed is not None else None
         except FileNotFoundError:
             return False
         except (OSError, ValueError) as error:
@@ -293,8 +303,8 @@ class ReleaseHolder:
             return False
         self._seen = (wanted, mtime)
         try:
-            fresh = load_release(self.ws, wanted, model=self.model, encoders=self.encoders,
-                                 batching=self.batching, expected=self.expected)  # fmt: skip
+            fresh = load_release(self.ws, pointed, model=self.model, index_type=self.index_type,  # type: ignore[arg-type]
+                                 encoders=self.encoders, batching=self.batching, expected=self.expected)  # fmt: skip
         except Exception as error:
             self._failed(wanted, f"{type(error).__name__}: {error}")
             return False
@@ -345,8 +355,8 @@ class ReleaseHolder:
     def _no_release_message(self) -> str:
         if self.last_error:
             return f"no index loaded: release {self.last_error['release']} failed to load ({self.last_error['error']})"
-        return (f"no index release in {self.ws.root} yet: run a re-index (the reindex flow or deployment); "
-                "the service picks it up within seconds")  # fmt: skip
+        return (f"no index published in {self.ws.root} yet: build one (odqa bm25 index, odqa index build, "
+                "odqa reindex); the service picks it up within seconds")  # fmt: skip
 
     def health(self) -> dict[str, Any]:
         with self._lock:

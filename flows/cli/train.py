@@ -159,7 +159,7 @@ def train(
 ) -> None:
     """Train a retriever and record it in the `models` table."""
     if qsft:
-        from flows.dense import qsft_flow
+        from flows.qsft import qsft_flow
 
         report = qsft_flow(model=base, train=list(train_sets), model_id=model_id, index_type=index_type,
                            epochs=epochs or 2, batch_size=batch_size, lr=lr,
@@ -171,7 +171,7 @@ def train(
         raise click.UsageError("--arch is required (unless --qsft)")
     if (max_steps is None) == (epochs is None):
         raise click.UsageError("give exactly one of --max-steps or --epochs")
-    from flows.training import train_flow
+    from flows.train import train_flow
 
     report = train_flow(
         arch=arch,

@@ -1,4 +1,4 @@
-"""`odqa serve`: an HTTP search service over the current index release.
+"""`odqa serve`: an HTTP search service over the workspace's published indexes.
 
 `create_app` builds the FastAPI app (tests run it on 127.0.0.1 with an ephemeral port):
 
@@ -9,7 +9,7 @@
 * ``GET /index`` -- model, index type, passages snapshot, built_at, version.
 * ``GET /`` -- a small search page (flows/static/search.html); ``/docs`` -- OpenAPI docs.
 
-The releases and the hot swap live in `flows.serve_release`; question encoding and the FAISS
+The releases and the hot swap live in `service.releases`; question encoding and the FAISS
 search are micro-batched across concurrent requests (`pipelines.microbatch`). Requests are
 validated by pydantic models and limits below; a bad request gets a 4xx with a message and
 never affects other requests.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import threading
 import time
@@ -28,19 +27,20 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow as pa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from flows.reindex import NoReleaseError
-from flows.serve_release import BatchSettings, Hits, LoadedRelease, ReleaseHolder, model_display_name
+from pipelines.search.hits import Hits, Ranked
+from pipelines.search.hybrid_searcher import fused_hits
+from service.releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
 from storage import Workspace
+from storage.releases import NoReleaseError
 
 log = logging.getLogger("odqa.serve")
 
-RETRIEVERS = ("bm25", "dense", "hybrid")
+SERVED_RETRIEVERS = ("bm25", "dense", "hybrid")
 MAX_QUESTION_CHARS = 2_000
 MAX_BATCH = 256
 MAX_K = 10_000
@@ -48,6 +48,7 @@ MAX_BODY_BYTES = 1_048_576
 MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
 HYBRID_DEPTH = 100  # TASER's K': candidates taken from each side before fusing
 PAGE = Path(__file__).resolve().parent / "static" / "search.html"
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
@@ -193,38 +194,20 @@ def _check_model(requested: str | None, release: LoadedRelease) -> None:
         return
     if "/" in requested or "\\" in requested or ".." in requested or not _MODEL_NAME.match(requested):
         raise ClientError(400, f"model {requested[:80]!r} is not a model name (paths are not accepted); "
-                               f"this service serves {model_display_name(release.record.get('model'))!r}")  # fmt: skip
-    served = {release.record.get("model"), model_display_name(release.record.get("model"))}
-    if requested not in served:
+                               f"this service serves {model_display_name(release.model)!r}")  # fmt: skip
+    if requested not in {release.model, model_display_name(release.model)}:
         raise ClientError(404, f"model {requested!r} is not served here; index version {release.release} "
-                               f"was built with {model_display_name(release.record.get('model'))!r}")  # fmt: skip
+                               f"is searched with {model_display_name(release.model)!r}")  # fmt: skip
 
 
 def _pick_retriever(requested: str | None, default: str, release: LoadedRelease) -> str:
     name = requested or default
-    if name not in RETRIEVERS:
-        raise ClientError(400, f"unknown retriever {name[:40]!r}: expected one of {', '.join(RETRIEVERS)}")
+    if name not in SERVED_RETRIEVERS:
+        raise ClientError(400, f"unknown retriever {name[:40]!r}: expected one of {', '.join(SERVED_RETRIEVERS)}")
     if name not in release.retrievers:
         raise ClientError(400, f"index version {release.release} has no {name} index "
                                f"(available: {', '.join(release.retrievers) or 'none'})")  # fmt: skip
     return name
-
-
-def _fuse(dense: list[Hits], sparse: list[Hits], alpha: float, k: int) -> list[Hits]:
-    from pipelines.dense.hybrid import hybrid_run
-
-    def run(hits: list[Hits]) -> pa.Table:
-        rows = [(str(q), pid, score) for q, row in enumerate(hits) for pid, score in row]
-        return pa.table({"question_id": pa.array([r[0] for r in rows], pa.string()),
-                         "passage_id": pa.array([r[1] for r in rows], pa.string()),
-                         "score": pa.array([r[2] for r in rows], pa.float32())})  # fmt: skip
-
-    fused = hybrid_run(run(dense), run(sparse), alpha, k=k, depth=max(HYBRID_DEPTH, k))
-    out: list[Hits] = [[] for _ in dense]
-    for qid, pid, score in zip(*(fused.column(c).to_pylist() for c in ("question_id", "passage_id", "score")),
-                               strict=True):  # fmt: skip
-        out[int(qid)].append((pid, float(score)))
-    return out
 
 
 def _alpha(requested: float | None, release: LoadedRelease) -> float:
@@ -236,25 +219,30 @@ def _alpha(requested: float | None, release: LoadedRelease) -> float:
 
 
 async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k: int, alpha: float | None
-                ) -> list[Hits]:  # fmt: skip
-    if retriever == "dense":
-        return await asyncio.wrap_future(release.dense.submit([(q, k) for q in questions]))
-    if retriever == "bm25":
-        return await asyncio.wrap_future(release.bm25.submit([(q, k) for q in questions]))
+                ) -> list[Ranked]:  # fmt: skip
+    """Per question: its (passage_id, score) hits, best first."""
+    if retriever in ("dense", "bm25"):
+        batcher = release.dense if retriever == "dense" else release.bm25
+        return await asyncio.wrap_future(batcher.submit([(q, k) for q in questions]))  # type: ignore[union-attr]
     depth = max(HYBRID_DEPTH, k)
-    dense, sparse = await asyncio.gather(asyncio.wrap_future(release.dense.submit([(q, depth) for q in questions])),
-                                         asyncio.wrap_future(release.bm25.submit([(q, depth) for q in questions])))  # fmt: skip
-    return _fuse(dense, sparse, alpha, k)
+    dense, sparse = await asyncio.gather(asyncio.wrap_future(release.dense.submit([(q, depth) for q in questions])),  # type: ignore[union-attr]
+                                         asyncio.wrap_future(release.bm25.submit([(q, depth) for q in questions])))  # type: ignore[union-attr]  # fmt: skip
+    fused = fused_hits(Hits.from_ranked(dense), Hits.from_ranked(sparse), alpha, k, depth)  # type: ignore[arg-type]
+    return fused.ranked()
 
 
 def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: str = "dense",
-               poll_s: float = 1.0, batching: BatchSettings | None = None) -> FastAPI:  # fmt: skip
-    """The service over `workspace`'s current release; it starts following the pointer on startup."""
-    if retriever not in RETRIEVERS:
-        raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, got {retriever!r}")
+               index_type: str | None = None, poll_s: float = 1.0,
+               batching: BatchSettings | None = None) -> FastAPI:  # fmt: skip
+    """The service over `workspace`'s published indexes; it starts following the pointer on startup."""
+    if retriever not in SERVED_RETRIEVERS:
+        raise ValueError(f"retriever must be one of {', '.join(SERVED_RETRIEVERS)}, got {retriever!r}")
+    if index_type is not None and index_type not in INDEX_TYPES:
+        raise ValueError(f"index type must be one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
     ws = Workspace.resolve(workspace)
     arrivals = Arrivals()
-    holder = ReleaseHolder(ws, model=model, batching=batching, poll_s=poll_s, expected=arrivals)
+    holder = ReleaseHolder(ws, model=model, index_type=index_type, batching=batching, poll_s=poll_s,
+                           expected=arrivals)  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -265,7 +253,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
             await asyncio.to_thread(holder.stop)
 
     app = FastAPI(title="odqa search", version="1", lifespan=lifespan,
-                  description="Open-domain QA passage retrieval over the current index release.")  # fmt: skip
+                  description="Open-domain QA passage retrieval over the workspace's published indexes.")  # fmt: skip
     app.state.holder = holder
 
     app.add_middleware(RequestLimits, arrivals=arrivals)
@@ -308,7 +296,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
                                                                              strict=True))}
                 for rank, (pid, score) in enumerate(row, start=1)]} for q, row in zip(questions, hits, strict=True)]  # fmt: skip
             payload = {"version": release.release, "retriever": name, "k": body.k, "alpha": alpha,
-                       "model": model_display_name(release.record.get("model")), "results": results,
+                       "model": model_display_name(release.model), "results": results,
                        "took_ms": round((time.perf_counter() - started) * 1000, 2)}  # fmt: skip
         # Built as plain data and serialised once by orjson: the response model documents the shape
         # (/docs) without validating a second copy of every hit.
@@ -330,37 +318,3 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     return app
-
-
-def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,
-          max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
-          encoder_workers: int | None = None) -> None:  # fmt: skip
-    """Run the service with uvicorn until interrupted (one process, one event loop).
-
-    `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
-    are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
-    (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
-    default enough to give every core a torch thread (cores / torch_threads)."""
-    import faiss
-    import torch
-    import uvicorn
-
-    cores = os.cpu_count() or 2
-    torch.set_num_threads(torch_threads or max(1, cores // 2))
-    encoder_workers = encoder_workers or max(1, cores // torch.get_num_threads())
-    # Parallelism comes from the encoder workers (FAISS releases the GIL); FAISS's own OpenMP
-    # regions, entered from several worker threads at once next to torch's, are not needed for a
-    # micro-batch and were the suspect of one request that never returned under load.
-    faiss.omp_set_num_threads(1)
-
-    odqa_log = logging.getLogger("odqa")
-    odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
-    if not odqa_log.handlers and not logging.getLogger().handlers:  # importing Prefect usually sets one up
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        odqa_log.addHandler(handler)
-    app = create_app(workspace, model=model, retriever=retriever, poll_s=poll_s,
-                     batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
-                                            encoder_workers=encoder_workers))  # fmt: skip
-    log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

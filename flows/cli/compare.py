@@ -1,0 +1,43 @@
+"""`odqa compare`: runs side by side with paired t-tests (Bonferroni-corrected)."""
+
+from __future__ import annotations
+
+import click
+
+from flows.cli.groups import MATCH_HELP, main, parse_cutoffs, workspace_arg
+
+
+@main.command("compare")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--k", "ks", default="1,5,20,100", show_default=True, help="Cut-offs for R@K, comma-separated.")
+@click.option("--match", type=click.Choice(["auto", "string", "regex"]), default="auto", show_default=True,
+              help=MATCH_HELP)  # fmt: skip
+@click.option(
+    "--alpha", type=float, default=0.05, show_default=True, help="Significance level after correction."
+)
+@click.pass_context
+def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alpha: float) -> None:
+    """Compare RUNS: means per metric, two-sided paired t-tests with Bonferroni correction."""
+    import pyarrow as pa
+
+    from flows.cli.sql import render
+    from flows.compare import compare_flow
+
+    report = compare_flow(runs=list(runs), ks=parse_cutoffs(ks), match=match, alpha=alpha, workspace=workspace_arg(ctx))
+    wide: dict[tuple[str, str, str], dict[str, object]] = {}
+    for m in report.means:
+        key = (m["dataset"], m["split"], m["metric"])
+        row = wide.setdefault(key, {"dataset": key[0], "split": key[1], "metric": key[2]})
+        row[m["run"]] = round(m["value"], 4)
+    click.echo("means:")
+    click.echo(render(pa.Table.from_pylist(list(wide.values())), "table"))
+    click.echo(f"\npaired two-sided t-tests, Bonferroni-corrected, significant when p < {alpha}:")
+    tests = [
+        {"dataset": c["dataset"], "split": c["split"], "metric": c["metric"], "runs": f"{c['run_a']} vs {c['run_b']}",
+         "diff": round(c["mean_a"] - c["mean_b"], 4), "p": c["p_value"], "p_bonf": c["p_bonferroni"],
+         "sig": "*" if c["significant"] else ""}
+        for c in report.comparisons
+    ]  # fmt: skip
+    click.echo(render(pa.Table.from_pylist(tests), "table"))
+    if report.plot:
+        click.echo(f"plot: {report.plot}")

@@ -1,0 +1,48 @@
+"""`odqa import passages|questions|run`: corpora, question sets and runs in standard formats."""
+
+from __future__ import annotations
+
+import click
+
+from flows.cli.groups import import_group, workspace_arg
+from flows.cli.report import echo_report
+
+QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
+
+@import_group.command("passages")
+@click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
+@click.argument("path", type=click.Path(exists=True))
+@click.pass_context
+def import_passages(ctx: click.Context, fmt: str, path: str) -> None:
+    """Import a passage corpus: DPR's psgs_w100.tsv or a BEIR corpus.jsonl (or its folder)."""
+    from flows.passages import import_passages_flow
+
+    echo_report("import passages", import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx)))
+
+
+
+@import_group.command("questions")
+@click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
+@click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
+@click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
+@click.argument("path", type=click.Path(exists=True))
+@click.pass_context
+def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, path: str) -> None:
+    """Import PATH (a file; a folder for beir and entityquestions) into questions (+ passages, qrels)."""
+    from flows.questions import import_questions_flow
+
+    report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx))
+    echo_report("import questions", report)
+
+
+@import_group.command("run")
+@click.option("--format", "fmt", type=click.Choice(["trec"]), default="trec", show_default=True)
+@click.option("--run", "run", required=True, help="Name to store the run under.")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.pass_context
+def import_run(ctx: click.Context, fmt: str, run: str, path: str) -> None:
+    """Import a run file (`qid Q0 docid rank score tag`); ranks are re-derived from scores."""
+    from flows.import_run import import_run_flow
+
+    echo_report("import run", import_run_flow(path=path, run=run, fmt=fmt, workspace=workspace_arg(ctx)))
+

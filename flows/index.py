@@ -1,0 +1,129 @@
+"""`odqa index build`: a FAISS index of a model's passage embeddings, then published.
+
+The embeddings are encoded first when they are missing or stale (`flows.encode`). The build plan
+(RAM, disk, time; `pipelines.dense.index_planner`) is logged before every build; with a memory
+budget the index is split into parts that each fit it, or the build is refused. Verbs that search
+with a model (retrieve, search, tune-hybrid, mine, QSFT) call `ensure_dense_index`, which builds
+a missing or stale index the way this verb would and says so on the terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+
+from flows.console import tell
+from flows.encode import encode, encode_task
+from flows.publish import publish_indexes
+from flows.runtime import flow_run_logs, stage_logger
+from flows.task_runners import RunnerSettings
+from models.workspace_search import LoadedModel, dense_build, dense_index_problem
+from pipelines.dense.faiss_index import INDEX_TYPES, IndexParams, build_faiss_index, read_index_metadata
+from pipelines.dense.index_planner import plan_embeddings
+from storage import Workspace
+from storage.model_registry import ModelRef, resolve_model
+from storage.reports import Report
+
+
+@dataclass
+class IndexBuildReport(Report):
+    model: str
+    index: str
+    type: str
+    vectors: int
+    parts: int
+    params: dict[str, Any]
+    release: str | None = None
+
+
+def index_params(index_type: str, hnsw_m: int | None = None, nlist: int | None = None, pq_m: int | None = None,
+                 shards_per_part: int | None = None) -> IndexParams:  # fmt: skip
+    if index_type not in INDEX_TYPES:
+        raise ValueError(f"index type must be one of {INDEX_TYPES}, got {index_type!r}")
+    defaults = IndexParams()
+    return IndexParams(hnsw_m=hnsw_m or defaults.hnsw_m, nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part)
+
+
+def planned_build(embeddings: Path, target: Path, index_type: str, params: IndexParams | None,
+                  memory_gb: float | None) -> Any:  # fmt: skip
+    """Plan the build (logged, refused when the memory budget cannot hold it), then build with the
+    plan's parameters (parts sized to the budget). Returns the index metadata."""
+    plan, text = plan_embeddings(embeddings, index_type, params, memory_gb)  # type: ignore[arg-type]
+    stage_logger().info("%s", text)
+    return build_faiss_index(embeddings, target, index_type=index_type, params=plan.params)  # type: ignore[arg-type]
+
+
+@task(name="dense-index-build")
+def index_task(workspace: str, model: str, index_type: str, params: dict[str, Any],
+               memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
+    ws = Workspace.resolve(workspace)
+    build = dense_build(ws, resolve_model(ws, model))
+    folder = build.index(index_type)
+    before = read_index_metadata(folder)
+    meta = planned_build(build.embeddings, folder, index_type, IndexParams(**params), memory_gb)
+    return IndexBuildReport(model=model, index=str(folder), type=index_type, vectors=meta.num_vectors,
+                            parts=len(meta.parts), params=meta.params,
+                            noop=before is not None and before.to_json() == meta.to_json())  # fmt: skip
+
+
+def build_dense_index(ws: Workspace, model: str, index_type: str, params: IndexParams, *, batch_size: int = 128,
+                      precision: str = "auto", runner: RunnerSettings | None = None,
+                      memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
+    """Encode (when needed), build, publish: what `odqa index build` does, inside any flow."""
+    with flow_run_logs():
+        encoded = encode(ws, model, 50_000, batch_size, "float32", precision, runner)
+        report = index_task(str(ws.root), model, index_type, asdict(params), memory_gb)
+    report.noop = report.noop and encoded.noop
+    ref = resolve_model(ws, model)
+    report.release = publish_indexes(ws, dense_build(ws, ref).passages_version,
+                                     default_model=ref.passage_name).release.release  # fmt: skip
+    return report
+
+
+@flow(name="dense-index-build")
+def index_build_flow(
+    model: str,
+    index_type: str = "flat",
+    workspace: str | None = None,
+    hnsw_m: int | None = None,
+    nlist: int | None = None,
+    pq_m: int | None = None,
+    shards_per_part: int | None = None,
+    batch_size: int = 128,
+    precision: str = "auto",
+    runner: RunnerSettings | None = None,
+    memory_gb: float | None = None,
+) -> IndexBuildReport:
+    """Build a FAISS index of the model's passage embeddings (encoding them first if needed, on
+    the runner if one is given: see `encode_flow`) and publish it to running searchers. The
+    build plan (RAM, disk, time) is logged first; with `memory_gb` the index is split into parts
+    that each fit the budget, or the build is refused when none can."""
+    ws = Workspace.resolve(workspace)
+    params = index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
+    report = build_dense_index(ws, model, index_type, params, batch_size=batch_size, precision=precision,
+                               runner=runner, memory_gb=memory_gb)  # fmt: skip
+    stage_logger().info("index build %s: %s", model, report)
+    return report
+
+
+def ensure_dense_index(ws: Workspace, ref: ModelRef, index_type: str, question_model: LoadedModel | None = None
+                       ) -> None:  # fmt: skip
+    """Build the model's index when it is missing or stale, as `odqa index build` would (default
+    parameters), saying so on the terminal. Inside a flow run the build is a subflow (visible in
+    the UI); outside one (`odqa search` without a Prefect server) it runs directly."""
+    from prefect.context import FlowRunContext
+
+    problem = dense_index_problem(ws, ref, index_type, question_model)
+    if problem is None:
+        return
+    tell("%s; building it (as odqa index build --model %s --type %s would) ...", problem, ref.passage_name,
+         index_type)  # fmt: skip
+    if FlowRunContext.get() is not None:
+        index_build_flow(model=ref.passage_name, index_type=index_type, workspace=str(ws.root))
+        return
+    encode_task.fn(str(ws.root), ref.passage_name, 50_000, 128, "float32", "auto")
+    index_task.fn(str(ws.root), ref.passage_name, index_type, asdict(index_params(index_type)))
+    publish_indexes(ws, dense_build(ws, ref).passages_version, default_model=ref.passage_name)

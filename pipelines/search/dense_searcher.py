@@ -1,0 +1,38 @@
+"""Dense search: encode the questions with a model's question tower, search its FAISS index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pipelines.dense.faiss_index import DenseIndex
+from pipelines.dense.retriever_protocol import DenseRetriever
+from pipelines.search.hits import Hits, positions
+
+
+class DenseSearcher:
+    """A :class:`~pipelines.search.searcher.Searcher` over one FAISS index.
+
+    The encoder must be the index's passage-side model or a query-side fine-tune of it (the
+    caller checks fingerprints, see `pipelines.search.freshness`). Safe to call from several
+    threads at once: the encoder tokenizes under a lock and runs its forward pass without
+    touching shared state, and FAISS releases the GIL."""
+
+    kind = "dense"
+
+    def __init__(self, encoder: DenseRetriever, index: DenseIndex, *, batch_size: int = 64) -> None:
+        self.encoder = encoder
+        self.index = index
+        self.batch_size = batch_size
+
+    def search(self, questions: Sequence[str], k: int) -> Hits:
+        vectors = self.encoder.encode_questions(list(questions), batch_size=self.batch_size, show_progress=False)
+        return Hits.from_run(self.index.search_run(vectors, k, positions(len(questions))), len(questions))
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.index.meta
+        return {"index_type": meta.index_type, "index_model_fingerprint": meta.model_fingerprint,
+                "index_corpus": meta.corpus_fingerprint, "index_params": meta.params}  # fmt: skip
+
+    def close(self) -> None:
+        """Nothing to release: the index and encoder are freed with the searcher."""

@@ -1,0 +1,43 @@
+"""Running the search service with uvicorn: one process, one event loop, tuned threads."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from service.app import create_app, log
+from service.releases import BatchSettings
+
+
+def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,
+          max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
+          encoder_workers: int | None = None, index_type: str | None = None) -> None:  # fmt: skip
+    """Run the service with uvicorn until interrupted (one process, one event loop).
+
+    `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
+    are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
+    (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
+    default enough to give every core a torch thread (cores / torch_threads)."""
+    import faiss
+    import torch
+    import uvicorn
+
+    cores = os.cpu_count() or 2
+    torch.set_num_threads(torch_threads or max(1, cores // 2))
+    encoder_workers = encoder_workers or max(1, cores // torch.get_num_threads())
+    # Parallelism comes from the encoder workers (FAISS releases the GIL); FAISS's own OpenMP
+    # regions, entered from several worker threads at once next to torch's, are not needed for a
+    # micro-batch and were the suspect of one request that never returned under load.
+    faiss.omp_set_num_threads(1)
+
+    odqa_log = logging.getLogger("odqa")
+    odqa_log.setLevel(logging.INFO)  # loads, swaps, frees and load failures are what an operator watches
+    if not odqa_log.handlers and not logging.getLogger().handlers:  # importing Prefect usually sets one up
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        odqa_log.addHandler(handler)
+    app = create_app(workspace, model=model, retriever=retriever, index_type=index_type, poll_s=poll_s,
+                     batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
+                                            encoder_workers=encoder_workers))  # fmt: skip
+    log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,120 @@
+"""Atomic writes: the only way odqa puts a file or a folder where readers may look.
+
+Every writer in the project (table parts, snapshots, index builds, embeddings shards, model
+folders, release pointers, plots) goes through these helpers, so a killed process leaves either
+the old content or the new one under a name, never a half-written file: content is written under
+a temporary sibling name (same directory, hence same filesystem), flushed to disk, then renamed
+into place with one `os.replace`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def slug(text: str, empty: str = "item") -> str:
+    """A file-name-safe form of a name (model ids, run names, stage names): one meaning everywhere."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or empty
+
+
+def _temporary_sibling(path: Path, kind: str = "tmp") -> Path:
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.{kind}")
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path | str) -> Iterator[IO[bytes]]:
+    """A binary handle whose content appears under `path` when the block ends without error
+    (streamed writers: Parquet writers, CSV, numpy); on an error nothing appears."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary_sibling(path)
+    try:
+        with open(tmp, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_text_file(path: Path | str, newline: str | None = None) -> Iterator[IO[str]]:
+    """`atomic_file` for text (UTF-8): a text handle over the temporary file."""
+    with atomic_file(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline=newline)
+        try:
+            yield text
+            text.flush()
+        finally:
+            text.detach()  # the binary handle is synced and closed by atomic_file
+
+
+def atomic_write(path: Path | str, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Write a file through `write(handle)` so that `path` appears only complete."""
+    with atomic_file(path) as handle:
+        write(handle)
+    return Path(path)
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
+    return atomic_write(path, lambda handle: handle.write(data))
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path | str, value: Any) -> Path:
+    return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_parquet_atomic(data: pa.Table, path: Path | str, compression: str = "zstd") -> Path:
+    """A complete Parquet file, visible under `path` only once fully written."""
+    return atomic_write(path, lambda handle: pq.write_table(data, handle, compression=compression))
+
+
+def replace_directory(staging: Path, target: Path) -> None:
+    """Move a fully written `staging` folder to `target`, replacing an older `target`.
+
+    The older folder is first renamed aside and deleted after the switch, so `target` names a
+    complete folder at every moment but one rename apart.
+    """
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, target)
+
+
+@contextlib.contextmanager
+def building_directory(target: Path) -> Iterator[Path]:
+    """A fresh sibling folder to build `target` in; swapped into place when the block succeeds,
+    deleted when it fails (a killed build leaves only a hidden `.building` folder, cleared by
+    the next build of the same target)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.*.building"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = _temporary_sibling(target, "building")
+    staging.mkdir()
+    try:
+        yield staging
+        replace_directory(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -1,0 +1,111 @@
+"""Reads of the `passages` table that stages and searchers share: texts by id, streamed records,
+random samples. Every read streams or filters by id, so memory follows what is asked for, not
+the size of the corpus."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.snapshot import FileEntry, Snapshot
+from storage.table_files import file_spans
+from storage.tables import scan_table
+from storage.workspace import Workspace
+
+PASSAGE_COLUMNS = ["passage_id", "title", "text"]
+
+PassageRecord = tuple[str, str | None, str | None]  # passage_id, title, text
+
+
+def require_passages(ws: Workspace) -> str:
+    """The passages table's version (what indexes and embeddings are keyed by); an empty table is
+    an error that says how to fill it."""
+    if ws.rows("passages") == 0:
+        raise ValueError("the passages table is empty: ingest a dump or import passages first")
+    return ws.table_version("passages")
+
+
+def passage_files(ws: Workspace, *, except_source: str | None = None) -> list[Path]:
+    """The Parquet files of the passages table (leaving out the rows of one source)."""
+    return [ws.root / entry.path for entry in ws.snapshot().files("passages") if entry.source != except_source]
+
+
+def passage_records(ws: Workspace, batch_size: int = 65_536) -> Iterator[PassageRecord]:
+    """(passage_id, title, text) of every passage, in table order."""
+    for batch in ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=batch_size):
+        yield from zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True)
+
+
+def passages_with_ids(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None) -> pa.Table:
+    """passage_id, title, text of the given ids (every passage when None)."""
+    selector = None
+    if passage_ids is not None:
+        wanted = passage_ids if isinstance(passage_ids, pa.Array) else pa.array(sorted(set(passage_ids)), pa.string())
+        selector = pc.field("passage_id").isin(wanted)
+    return ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=selector)
+
+
+def passages_by_id(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None) -> dict[str, tuple[str | None, str | None]]:
+    """passage_id -> (title, text) for the given ids (every passage when None)."""
+    table = passages_with_ids(ws, passage_ids)
+    pairs = zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)
+    return dict(zip(table.column("passage_id").to_pylist(), pairs, strict=True))
+
+
+def passage_texts(ws: Workspace, passage_ids: Sequence[str], *, with_title: bool) -> tuple[dict[str, str], int]:
+    """passage_id -> text (or title, newline, text) for the given ids, and how many are missing."""
+    found = passages_by_id(ws, passage_ids)
+    texts = {pid: f"{title or ''}\n{text or ''}" if with_title else (text or "") for pid, (title, text) in found.items()}
+    return texts, len(set(passage_ids)) - len(texts)
+
+
+def all_passage_texts(ws: Workspace) -> dict[str, str]:
+    """passage_id -> text of every passage (answer matching over a whole corpus held in memory)."""
+    texts: dict[str, str] = {}
+    for batch in ws.scan("passages", columns=["passage_id", "text"]):
+        texts.update(zip(batch.column(0).to_pylist(), (t or "" for t in batch.column(1).to_pylist()), strict=True))
+    return texts
+
+
+def random_passages(ws: Workspace, n: int, rng: np.random.Generator, exclude: set[str]) -> pa.Table:
+    """About `n` random passages not in `exclude`, in one streamed pass (bounded memory)."""
+    total = ws.rows("passages")
+    wanted = np.sort(rng.choice(total, size=min(total, n + len(exclude)), replace=False))
+    excluded = pa.array(sorted(exclude), pa.string())
+    picked, offset = [], 0
+    for batch in ws.scan("passages", columns=PASSAGE_COLUMNS):
+        rows = wanted[(wanted >= offset) & (wanted < offset + batch.num_rows)] - offset
+        if len(rows):
+            chosen = pa.Table.from_batches([batch]).take(pa.array(rows))
+            picked.append(chosen.filter(pc.invert(pc.is_in(chosen["passage_id"], excluded))))
+        offset += batch.num_rows
+    if not picked:
+        return pa.table({c: pa.array([], pa.string()) for c in PASSAGE_COLUMNS})
+    return pa.concat_tables(picked).slice(0, n)
+
+
+def passages_in_range(ws: Workspace, files: list[dict[str, Any]], start: int, stop: int) -> pa.Table:
+    """Passages `[start, stop)` (table order) of the snapshot whose `passages` files are `files`
+    (snapshot entries as dicts, in table order), reading only the files the range overlaps: how a
+    task on another machine reads exactly its shard of one fixed snapshot."""
+    entries = [FileEntry(**f) for f in files]
+    parts: list[pa.RecordBatch] = []
+    for span in file_spans([e.rows for e in entries], start, stop):
+        one_file = Snapshot(tables={"passages": [entries[span.position]]})
+        seen, want_to = 0, span.offset + span.rows
+        for batch in scan_table(ws.root, one_file, "passages", PASSAGE_COLUMNS, batch_size=4096):
+            lo, hi = max(span.offset - seen, 0), min(want_to - seen, batch.num_rows)
+            if lo < hi:
+                parts.append(batch.slice(lo, hi - lo))
+            seen += batch.num_rows
+            if seen >= want_to:
+                break
+        if seen < want_to:
+            raise ValueError(f"{ws.root / entries[span.position].path}: {seen} rows, but the snapshot lists "
+                             f"{entries[span.position].rows}")  # fmt: skip
+    return pa.Table.from_batches(parts)

@@ -1,0 +1,108 @@
+"""Reads and updates of the `questions` (and `qrels`) tables that the stages share.
+
+A dataset split is named by (dataset, split); an unknown pair is an error that lists the known
+ones, so a typo on the command line is answered with what exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.fingerprint import fingerprint
+from storage.tables import Transaction
+from storage.workspace import Workspace
+
+EVALUATION_COLUMNS = ["question_id", "dataset", "split", "answers", "relation", "positive_ids"]
+
+
+def _split_filter(dataset: str, split: str) -> pc.Expression:
+    return (pc.field("dataset") == dataset) & (pc.field("split") == split)
+
+
+def known_splits(ws: Workspace) -> list[tuple[str, str]]:
+    """Every (dataset, split) of the questions table, sorted."""
+    if not ws.rows("questions"):
+        return []
+    table = ws.read_table("questions", columns=["dataset", "split"])
+    pairs = zip(table.column("dataset").to_pylist(), table.column("split").to_pylist(), strict=True)
+    return sorted(set(pairs))
+
+
+def load_questions(ws: Workspace, dataset: str, split: str, columns: list[str] | None = None) -> pa.Table:
+    """The questions of one dataset split; an unknown pair is an error listing what exists."""
+    table = ws.read_table("questions", columns=columns, filter=_split_filter(dataset, split))
+    if table.num_rows == 0:
+        listing = ", ".join(f"{d}/{s}" for d, s in known_splits(ws)) or "none"
+        raise ValueError(f"no questions for dataset {dataset!r} split {split!r}; known: {listing}")
+    return table
+
+
+def questions_fingerprint(ws: Workspace, dataset: str, split: str, columns: list[str]) -> str:
+    """Content hash of the columns a stage reads from one dataset split's questions."""
+    table = load_questions(ws, dataset, split, columns).sort_by("question_id")
+    return fingerprint(dataset, split, [table.column(c).to_pylist() for c in columns])
+
+
+def positives_fingerprint(ws: Workspace) -> str:
+    """Content hash of every question's (question_id, positive_ids), for stages (domain labels)
+    that rewrite the questions table themselves and so cannot key on its file version."""
+    if not ws.rows("questions"):
+        return "none"
+    table = ws.read_table("questions", columns=["question_id", "positive_ids"])
+    table = table.take(pc.sort_indices(table, [("question_id", "ascending")]))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table.combine_chunks())
+    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()
+
+
+def questions_with_ids(ws: Workspace, question_ids: Sequence[str], columns: list[str]) -> pa.Table:
+    wanted = pa.array(sorted(set(question_ids)), pa.string())
+    return ws.read_table("questions", columns=columns, filter=pc.field("question_id").isin(wanted))
+
+
+def questions_of_splits(ws: Workspace, specs: Sequence[tuple[str, str]] | None, columns: list[str]) -> pa.Table:
+    """Questions of the given (dataset, split) pairs, a dataset's every split when the split is
+    empty, or every question when `specs` is None."""
+    selector = None
+    for dataset, split in specs or []:
+        one = (pc.field("dataset") == dataset) & (pc.field("split") == split) if split else pc.field("dataset") == dataset
+        selector = one if selector is None else selector | one
+    return ws.read_table("questions", columns=columns, filter=selector)
+
+
+def relevance_judgments(ws: Workspace, dataset: str, split: str) -> dict[str, dict[str, int]]:
+    """qid -> passage id -> relevance of the split's `qrels` rows, for questions with at least
+    one relevant passage (empty when the split has no judgments)."""
+    table = ws.read_table("qrels", columns=["question_id", "passage_id", "relevance"],
+                          filter=_split_filter(dataset, split))  # fmt: skip
+    judged: dict[str, dict[str, int]] = {}
+    for qid, pid, relevance in zip(*(table.column(i).to_pylist() for i in range(3)), strict=True):
+        judged.setdefault(qid, {})[pid] = int(relevance)
+    return {qid: found for qid, found in judged.items() if any(r > 0 for r in found.values())}
+
+
+def set_hard_negatives(tx: Transaction, dataset: str, split: str, negatives: Mapping[str, list[str]]) -> int:
+    """Replace `hard_negative_ids` of the split's given questions in the parts that hold them.
+
+    Each part keeps the source that imported it (storage's `rewrite`), so a later import of
+    that source still replaces its rows as a whole. Returns the questions updated.
+    """
+    updated = 0
+
+    def set_negatives(part: pa.Table) -> pa.Table:
+        nonlocal updated
+        mine = pc.and_(pc.equal(part["dataset"], dataset), pc.equal(part["split"], split)).to_pylist()
+        ids = part["question_id"].to_pylist()
+        new = [negatives[qid] if in_split and qid in negatives else old
+               for qid, old, in_split in zip(ids, part["hard_negative_ids"].to_pylist(), mine, strict=True)]  # fmt: skip
+        updated += sum(1 for qid, in_split in zip(ids, mine, strict=True) if in_split and qid in negatives)
+        column = part.schema.get_field_index("hard_negative_ids")
+        return part.set_column(column, part.schema.field(column), pa.array(new, part.schema.field(column).type))
+
+    tx.rewrite("questions", set_negatives)
+    return updated

@@ -1,0 +1,59 @@
+"""Retrieval runs in the `runs` table: their names, table sources and stage records.
+
+A run's rows carry the table source `run:<name>`, so re-running or re-importing a run replaces
+its rows in one commit, and the metrics computed from the old rows (source `evaluate:<name>`)
+are dropped in the same commit. The stage record `run:<name>` keeps how the run was made (its
+retriever and parameters), shown beside its metrics.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.workspace import Workspace
+
+RUN_COLUMNS = ["question_id", "passage_id", "rank", "score"]
+
+
+def check_run_name(run: str) -> str:
+    if not run or any(c.isspace() for c in run):
+        raise ValueError(f"run name {run!r} must be non-empty and contain no whitespace (it is a TREC tag)")
+    return run
+
+
+def run_source(run: str) -> str:
+    """Table source of a run's rows in `runs`."""
+    return f"run:{run}"
+
+
+def evaluation_source(run: str) -> str:
+    """Table source of a run's rows in `metrics` (dropped whenever the run is replaced)."""
+    return f"evaluate:{run}"
+
+
+def run_record_stage(run: str) -> str:
+    """Stage name whose ledger record keeps how a run was made."""
+    return f"run:{run}"
+
+
+def known_runs(ws: Workspace) -> list[str]:
+    if not ws.rows("runs"):
+        return []
+    return sorted(set(ws.read_table("runs", columns=["run"]).column("run").to_pylist()))
+
+
+def read_run(ws: Workspace, run: str) -> pa.Table:
+    """A run's rows (question_id, passage_id, rank, score); an unknown run is an error listing
+    the known ones."""
+    table = ws.read_table("runs", columns=RUN_COLUMNS, filter=pc.field("run") == run)
+    if table.num_rows == 0:
+        raise ValueError(f"no run named {run!r}; known runs: {', '.join(known_runs(ws)) or 'none'}")
+    return table
+
+
+def with_run_name(table: pa.Table | pa.RecordBatch, run: str) -> pa.Table:
+    """Run rows with their `run` column, ready for the `runs` table."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    return table.append_column("run", pa.array([run] * table.num_rows, pa.string()))
