@@ -44,7 +44,7 @@ INGEST_STAGE = "ingest-categories"
 SQL_SOURCE = "sql-dumps"
 LABEL_STAGE = "label-domains"
 LABEL_SOURCE = "label-domains"
-PLOT_NAME = "domain_coverage.png"
+PLOT_NAME = "domain_coverage"
 #: Tables the labelling reads: a new version of any of them makes the stage run again (questions
 #: are fingerprinted by content instead, see `storage.questions.positives_fingerprint`).
 LABEL_INPUTS = ("category_links", "articles", "passages")
@@ -78,6 +78,7 @@ class LabelDomainsReport(Report):
     plot: str
     coverage: str  # the coverage as a text table
     spread: ClassVar[dict[str, str]] = {"labels": "labels_", "coverage_figures": "coverage_"}
+    hidden: ClassVar[tuple[str, ...]] = ("coverage",)
 
 
 # -- ingest ---------------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
             per_dataset[dataset] = coverage_report(domains.slice(0, 0), order, question_labels=subset)
             metrics += _metric_rows(per_dataset[dataset], dataset, config_text, questions_only=True)
 
-    plot = plot_domain_counts(overall, ws.plots_dir / PLOT_NAME, title="Domain labels (DESIRE-ME 4.1)")
+    plot = plot_domain_counts(overall, ws.plot_path(PLOT_NAME), title="Domain labels (DESIRE-ME 4.1)")
     text = overall.format()
     for dataset, r in per_dataset.items():
         text += f"\n{dataset}: labelled questions {r.labelled_questions}/{r.questions}, avg labels {r.avg_labels_per_question:.2f}"

@@ -52,7 +52,6 @@ from storage.metrics import recall_table
 from storage.model_registry import resolve_model
 from storage.reports import Report
 
-CACHE_DIR = "pipeline-cache"
 CACHE_FORMAT = 2  # bump when the meaning of a stage's parameters changes
 DEFAULT_KS = [1, 5, 20, 100]
 
@@ -472,7 +471,7 @@ def odqa_pipeline(
     """The whole pipeline on one workspace; unchanged stages finish from cache."""
     ws = Workspace.resolve(workspace)
     plan = plan_stages(ws, sources, questions, domains, training, evaluation, runner)
-    cache = STAGE_CACHE.configure(key_storage=ws.root / CACHE_DIR)
+    cache = STAGE_CACHE.configure(key_storage=ws.cache_dir)
     results: dict[str, StageOutcome] = {}
     states: dict[str, str] = {}
     started = time.perf_counter()
@@ -505,7 +504,7 @@ def publish_results(ws: Workspace, table: pa.Table | None) -> None:
         return
     from flows.artifacts import publish_table
 
-    plots = sorted(str(p) for p in ws.plots_dir.glob("recall-*.png"))
+    plots = [str(p) for p in ws.plots("recall-")]
     publish_table("odqa-pipeline-results", "Top-K retrieval accuracy of every retriever", table.to_pylist(), plots)
 
 

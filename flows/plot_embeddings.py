@@ -15,7 +15,6 @@ from prefect import flow
 from models.workspace_search import loaded_model
 from pipelines.dense.tsne_plot import plot_towers, project_towers
 from storage import Workspace
-from storage.atomic import slug
 from storage.model_registry import resolve_model
 from storage.passages import passages_with_ids, random_passages
 from storage.questions import questions_of_splits
@@ -59,7 +58,7 @@ def plot_embeddings_flow(
     p = passage_model.encode_passages([t or "" for t in passages.column("title").to_pylist()],
                                       passages.column("text").to_pylist())  # fmt: skip
     projection = project_towers(q, p, seed=seed)
-    path = plot_towers(projection, ws.plots_dir / f"tsne-{slug(ref.key)}.png",
+    path = plot_towers(projection, ws.plot_path(f"tsne-{ref.key}"),
                        f"t-SNE of {ref.name}: {len(q)} questions, {len(p)} passages")  # fmt: skip
     return PlotEmbeddingsReport(model=model, plot=str(path), questions=len(q), passages=len(p),
                                 tower_separation=round(projection.tower_separation, 3))  # fmt: skip

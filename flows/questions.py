@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -275,7 +274,7 @@ def paq_questions_flow(
     done = finished_report(ws, stage, stage_fp, PaqQuestionsReport, "same file and parameters")
     if done is not None:
         return done
-    tmp = ws.tmp_dir / f"paq-{uuid.uuid4().hex[:8]}"
+    tmp = ws.scratch_dir("paq")
     try:
         result = sample_paq(source_path, tmp, dataset, config)
     finally:
@@ -321,7 +320,7 @@ def import_questions_flow(
         return done
 
     counts: Counter[str] = Counter()
-    tmp = ws.tmp_dir / f"import-{uuid.uuid4().hex[:8]}"
+    tmp = ws.scratch_dir("import-questions")
     try:
         with ws.transaction(stage, fingerprint=stage_fp) as tx:
             for table in ("questions", "passages", "qrels", "metrics"):

@@ -21,6 +21,8 @@ class Report:
     noop: bool = dataclasses.field(default=False, kw_only=True)
     #: Dict fields whose items are shown as figures of their own, named `<prefix><key>` (field -> prefix).
     spread: ClassVar[dict[str, str]] = {}
+    #: Fields kept out of the figures (long texts shown on their own, e.g. a coverage table).
+    hidden: ClassVar[tuple[str, ...]] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -29,6 +31,8 @@ class Report:
         """The report as the figures users read: every field, with the `spread` dicts flattened."""
         shown: dict[str, Any] = {}
         for name, value in self.as_dict().items():
+            if name in self.hidden:
+                continue
             if name in self.spread and isinstance(value, dict):
                 shown.update({f"{self.spread[name]}{key}": item for key, item in value.items()})
             else:

@@ -53,6 +53,23 @@ class Workspace:
         """Where the plot called `name` goes (`<workspace>/plots/<name>.png`, name made file-safe)."""
         return self.plots_dir / f"{slug(name, 'plot')}.png"
 
+    def plots(self, prefix: str) -> list[Path]:
+        """The plots whose names start with `prefix`, sorted."""
+        return sorted(self.plots_dir.glob(f"{slug(prefix, 'plot')}*.png"))
+
+    def scratch_dir(self, purpose: str) -> Path:
+        """A new folder for one stage's temporary files, on the workspace's disk (the caller removes it)."""
+        import uuid
+
+        path = self.tmp_dir / f"{slug(purpose, 'work')}-{uuid.uuid4().hex[:8]}"
+        path.mkdir(parents=True)
+        return path
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where the pipeline keeps its stage cache keys."""
+        return self._dir("pipeline-cache")
+
     @property
     def tmp_dir(self) -> Path:
         """Scratch space on the workspace's disk (same filesystem, so renames are atomic)."""

@@ -29,7 +29,5 @@ def label_domains(ctx: click.Context, domains_file: str | None, max_depth: int |
     from flows.categories import label_domains_flow
 
     report = label_domains_flow(workspace=workspace_arg(ctx), domains_file=domains_file, max_depth=max_depth)
-    coverage = report.pop("coverage", None)
     echo_report("label domains", report)
-    if coverage:
-        click.echo(coverage)
+    click.echo(report.coverage)
