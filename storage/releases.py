@@ -39,6 +39,7 @@ POINTER_FILE = "current.json"
 REINDEX_LOCK = ".reindex.lock"
 PUBLISH_LOCK = ".publish.lock"
 DEFAULT_KEEP = 3
+RELEASE_FORMAT = 2  # 1: the self-contained release folders of odqa before indexes were published builds
 
 
 class ReindexBusyError(RuntimeError):
@@ -88,10 +89,14 @@ class Release:
             other.passages_version, other.bm25, other.dense, other.default_model)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"format": RELEASE_FORMAT, **asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Release:
+        if data.get("format") != RELEASE_FORMAT:
+            raise ValueError(f"release {data.get('release')!r} was written by an older odqa (format "
+                             f"{data.get('format', 1)}, expected {RELEASE_FORMAT}); publish the workspace's indexes "
+                             "again: odqa reindex (or odqa bm25 index / odqa index build)")  # fmt: skip
         dense = [DenseRelease(**entry) for entry in data.get("dense", [])]
         return cls(release=data["release"], passages_version=data["passages_version"], bm25=data.get("bm25"),
                    dense=dense, default_model=data.get("default_model"), created_at=data.get("created_at", ""),
@@ -115,8 +120,12 @@ def read_pointer(path: Path) -> Release | None:
 
 
 def current_release(ws: Workspace) -> Release | None:
-    """What `current.json` points at (None before the first publish)."""
-    return read_pointer(pointer_path(ws))
+    """What `current.json` points at: None before the first publish, and for a pointer an older
+    odqa wrote (the next publish replaces it)."""
+    try:
+        return read_pointer(pointer_path(ws))
+    except ValueError:
+        return None
 
 
 def new_release_id(passages_version: str) -> str:

@@ -1,8 +1,9 @@
-"""Whether an index can answer for the current passages and model, decided from fingerprints.
+"""Whether a dense index can answer for the current passages and model, decided from fingerprints.
 
-An index records the fingerprints it was built from: the passages version (BM25 and FAISS) and
-the passage encoder's weights and config (FAISS). A caller compares them with the current ones;
-these functions say what is wrong in words a user can act on, or None when the index is fresh.
+A FAISS index records the fingerprints it was built from: the passages version and the passage
+encoder's weights and config. A caller compares them with the current ones; this says what is
+wrong in words a user can act on, or None when the index is fresh. (BM25 indexes are kept per
+passages version, `storage.index_layout`: the current one exists or is missing.)
 """
 
 from __future__ import annotations
@@ -21,11 +22,3 @@ def dense_index_problem(meta: IndexMetadata | None, *, passages_version: str, mo
         return f"the {index_type} index of model {model} is stale (model changed)"
     return None
 
-
-def bm25_index_problem(built_snapshot: str | None, *, passages_version: str) -> str | None:
-    """Why a BM25 index cannot answer for these passages, or None."""
-    if built_snapshot is None:
-        return "no BM25 index of the passages"
-    if built_snapshot != passages_version:
-        return "the BM25 index is stale (passages changed)"
-    return None
