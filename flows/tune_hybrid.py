@@ -49,7 +49,7 @@ class TuneHybridReport(Report):
 
 def _dev_candidates(ws: Workspace, searcher: HybridSearcher, spec: DatasetSpec) -> tuple[pa.Table, np.ndarray, int]:
     """(candidates keyed `<name>:<split>|<question id>`, their answer hits, questions) of one dev set."""
-    questions = load_questions(ws, spec.name, spec.split, QUESTION_COLUMNS)
+    questions = load_questions(ws, spec.dataset, spec.split, QUESTION_COLUMNS)
     candidates, hits = [], []
     for start in range(0, questions.num_rows, QUESTION_CHUNK):
         chunk = questions.slice(start, QUESTION_CHUNK)
@@ -58,7 +58,7 @@ def _dev_candidates(ws: Workspace, searcher: HybridSearcher, spec: DatasetSpec) 
         found = found.set_column(0, "question_id", ids.take(pc.cast(found.column("question_id"), pa.int64())))
         answers = dict(zip(ids.to_pylist(), chunk.column("answers").to_pylist(), strict=True))
         texts, _ = passage_texts(ws, found.column("passage_id").to_pylist(), with_title=False)
-        hits.append(candidate_hits(found, answers, texts, match_mode(spec.name)))
+        hits.append(candidate_hits(found, answers, texts, match_mode(spec.dataset)))
         # Question ids of different dev sets may collide; keep them apart.
         candidates.append(found.set_column(0, "question_id",
                                            pc.binary_join_element_wise(spec.name, found.column("question_id"), "|")))  # fmt: skip

@@ -86,6 +86,9 @@ def dense_index_problem(ws: Workspace, ref: ModelRef, index_type: str,
     build = dense_build(ws, ref)
     meta = read_index_metadata(build.index(index_type))
     if meta is None:
+        earlier = IndexLayout.of(ws).other_builds(ref.passage_key, build.passages_version)
+        if any(index_type in other.built_types() for other in earlier):
+            return f"the {index_type} index of model {ref.passage_name} is stale (passages changed)"
         return f"no {index_type} index for model {ref.passage_name}"
     return index_problem_of(meta, passages_version=build.passages_version,
                             model_fingerprint=index_model_fingerprint(ref, question_model), model=ref.passage_name,

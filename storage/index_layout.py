@@ -103,16 +103,18 @@ class IndexLayout:
         builds = [self.dense(d.name, passages_version) for d in sorted(base.iterdir()) if d.is_dir()]
         return [b for b in builds if b.built_types()]
 
-    def other_embeddings(self, key: str, passages_version: str) -> list[Path]:
-        """The model's embeddings of other passages versions, newest first: vectors a new
-        encoding may reuse for passages that did not change."""
+    def other_builds(self, key: str, passages_version: str) -> list[DenseBuild]:
+        """The model's builds for other passages versions, newest first."""
         folder = self.dense_model_dir(key)
         if not folder.is_dir():
             return []
-        found = [d / EMBEDDINGS_DIR for d in folder.iterdir()
-                 if d.is_dir() and d.name != passages_version and not d.name.startswith(".")
-                 and (d / EMBEDDINGS_DIR).is_dir()]  # fmt: skip
-        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+        found = [d for d in folder.iterdir() if d.is_dir() and d.name != passages_version and not d.name.startswith(".")]
+        return [self.dense(key, d.name) for d in sorted(found, key=lambda d: d.stat().st_mtime, reverse=True)]
+
+    def other_embeddings(self, key: str, passages_version: str) -> list[Path]:
+        """The model's embeddings of other passages versions, newest first: vectors a new
+        encoding may reuse for passages that did not change."""
+        return [b.embeddings for b in self.other_builds(key, passages_version) if b.embeddings.is_dir()]
 
     # --- hybrid alpha ------------------------------------------------------------------------
     def hybrid_file(self, key: str) -> Path:

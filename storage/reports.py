@@ -27,7 +27,7 @@ class Report:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def figures(self) -> dict[str, Any]:
+    def as_figures(self) -> dict[str, Any]:
         """The report as the figures users read: every field, with the `spread` dicts flattened."""
         shown: dict[str, Any] = {}
         for name, value in self.as_dict().items():

@@ -40,6 +40,6 @@ def report_table(report: dict[str, Any]) -> str:
 def echo_report(title: str, report: Report) -> None:
     """A title line saying whether work was done, then the figures indented under it."""
     click.echo(f"{title}: {'no-op (inputs unchanged)' if report.noop else 'done'}")
-    table = report_table(report.figures())
+    table = report_table(report.as_figures())
     if table:
         click.echo("\n".join(f"  {line}" for line in table.splitlines()))

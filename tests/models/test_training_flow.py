@@ -146,8 +146,8 @@ def test_desire_me_on_a_registered_model_uses_question_domains(cli, tiny_checkpo
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--train", "toy"], "expected NAME:SPLIT[:WEIGHT]"),
-        (["--train", "toy:test"], "no questions for toy:test"),
+        (["--train", "toy"], "must look like NAME:SPLIT or NAME:SPLIT:WEIGHT"),
+        (["--train", "toy:test"], "no questions for dataset 'toy' split 'test'; known: toy/dev, toy/train"),
     ],
 )
 def test_bad_training_input_gives_a_clear_error(cli, tiny_checkpoint, tmp_path, extra, message):

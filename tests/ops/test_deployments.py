@@ -20,8 +20,8 @@ FLOW_NAMES = {
     "flows/wikipedia.py:ingest_wikipedia_flow": "ingest-wikipedia",
     "flows/categories.py:label_domains_flow": "label-domains",
     "flows/questions.py:trex_questions_flow": "questions-trex",
-    "flows/training.py:train_flow": "train",
-    "flows/evaluation.py:evaluate_flow": "evaluate",
+    "flows/train.py:train_flow": "train",
+    "flows/evaluate.py:evaluate_flow": "evaluate",
     "flows/pipeline.py:odqa_pipeline": "odqa-pipeline",
     "flows/reindex.py:reindex_flow": "reindex",
 }
