@@ -159,16 +159,21 @@ class MicroBatcher(Generic[T, R]):
             self._execute(batch)
 
     def _execute(self, batch: list[_Submission[T, R]]) -> None:
+        """Run one batch and hand every submission its slice. Whatever happens (a failing batch
+        function, a caller that gave up and cancelled its future), every other submission of the
+        batch still gets an answer and the worker lives on: a request must never wait forever."""
         items = [item for sub in batch for item in sub.items]
         self._last_submissions = len(batch)
         try:
             results = self.fn(items)
             if len(results) != len(items):
                 raise RuntimeError(f"{self.name}: batch function returned {len(results)} results for {len(items)} items")
-        except Exception as error:  # every caller of this batch sees the failure
+        except BaseException as error:  # every caller of this batch sees the failure
             log.warning("%s: batch of %d items failed: %s", self.name, len(items), error)
             for sub in batch:
-                sub.future.set_exception(error)
+                _settle(sub.future, error=error)
+            if not isinstance(error, Exception):
+                raise
             return
         with self._stats_lock:
             self.stats.batches += 1
@@ -177,5 +182,15 @@ class MicroBatcher(Generic[T, R]):
             self.stats.largest = max(self.stats.largest, len(items))
         start = 0
         for sub in batch:
-            sub.future.set_result(results[start : start + len(sub.items)])
+            _settle(sub.future, result=results[start : start + len(sub.items)])
             start += len(sub.items)
+
+
+def _settle(future: Future, *, result: object = None, error: BaseException | None = None) -> None:
+    """Resolve a submission's future unless its caller already gave up on it (cancelled)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -86,6 +86,19 @@ class EncoderCache:
 
 
 Batch = list[tuple[str, int]]  # (question, k) of each request in a micro-batch
+_worker = threading.local()
+
+
+def _one_openmp_thread() -> None:
+    """FAISS searches of a batch worker use one OpenMP thread: parallelism comes from the workers.
+    OpenMP keeps the thread count per calling thread, so each worker sets its own (once); left at
+    the default, FAISS regions of two workers beside torch's oversubscribe the cores and their
+    spinning barriers stall requests for many seconds on a busy machine."""
+    if not getattr(_worker, "openmp_set", False):
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        _worker.openmp_set = True
 
 
 def _per_request(hits: Hits, items: Batch) -> list[Ranked]:
@@ -139,6 +152,7 @@ class LoadedRelease:
     def _dense_batch(self, items: Batch) -> list[Ranked]:
         """Encode every question of the batch in one forward pass, then one FAISS search for all.
         Batches may run on several workers at once (see `DenseSearcher`)."""
+        _one_openmp_thread()
         return _per_request(self.dense_searcher.search([q for q, _ in items], max(k for _, k in items)), items)  # type: ignore[union-attr]
 
     def _bm25_batch(self, items: Batch) -> list[Ranked]:

@@ -141,3 +141,27 @@ def test_several_workers_run_batches_at_once_and_all_stop_on_close() -> None:
     batcher.close()
     assert peak[0] == 3, f"at most {peak[0]} batches ran at once"
     assert not any(t.is_alive() for t in batcher._threads)
+
+
+def test_a_caller_that_gives_up_does_not_cost_the_others_their_answers() -> None:
+    """A cancelled submission (a client that disconnected) in the middle of a batch: the others of
+    that batch and every later one are still answered, by the same worker."""
+    started, release = threading.Event(), threading.Event()
+
+    def slow(items: list[int]) -> list[int]:
+        started.set()
+        release.wait(5)
+        return [i * 10 for i in items]
+
+    batcher = MicroBatcher(slow, max_wait_s=0.2, max_items=64, workers=1)
+    try:
+        blocker = batcher.submit([0])
+        assert started.wait(5)
+        queued = [batcher.submit([i]) for i in (1, 2, 3)]  # the next batch, collected together
+        assert queued[1].cancel()
+        release.set()
+        assert blocker.result(timeout=5) == [0]
+        assert queued[0].result(timeout=5) == [10] and queued[2].result(timeout=5) == [30]
+        assert batcher.submit([4]).result(timeout=5) == [40]
+    finally:
+        batcher.close()
