@@ -6,6 +6,7 @@ passages become the current release (`storage.releases`), which a running `odqa 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from flows.console import tell
@@ -28,7 +29,9 @@ def publish_indexes(ws: Workspace, passages_version: str, *, default_model: str 
 
 
 def _describe(done: Publication) -> str:
+    """`bm25 + dense dpr, taser`: what the release serves, models by their short names."""
     release = done.release
-    parts = (["bm25"] if release.bm25 else []) + [f"{entry.model}: {', '.join(entry.indexes)}" for entry in release.dense]
-    pruned = f"; pruned {len(done.pruned_releases)} old release(s)" if done.pruned_releases else ""
-    return "; ".join(parts) + pruned
+    parts = (["bm25"] if release.bm25 else []) + (
+        ["dense " + ", ".join(sorted(Path(entry.model).name for entry in release.dense))] if release.dense else [])
+    pruned = f"; {len(done.pruned_releases)} old release(s) pruned" if done.pruned_releases else ""
+    return " + ".join(parts) + pruned
