@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from prefect import flow
 
@@ -51,7 +51,9 @@ class ReindexReport(Report):
     model: str | None
     figures: dict[str, Any] = field(default_factory=dict)
     pruned_releases: list[str] = field(default_factory=list)
-    ingested: dict[str, Any] = field(default_factory=dict)
+    ingested: dict[str, Any] = field(default_factory=dict)  # the reports of the ingest stages
+    spread: ClassVar[dict[str, str]] = {"figures": ""}
+    hidden: ClassVar[tuple[str, ...]] = ("ingested",)
 
 
 def production_model(ws: Workspace, model: str | None) -> str:
