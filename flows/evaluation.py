@@ -197,7 +197,15 @@ def overall_rows(ws: Workspace, run: str) -> pa.Table:
 def evaluate_flow(
     run: str, ks: list[int] | None = None, match: str = "auto", workspace: str | None = None
 ) -> dict[str, Any]:
-    """Evaluate RUN: answer-based R@K (micro, per relation, macro) and qrels metrics into `metrics`."""
+    """Evaluate RUN: answer-based R@K (micro, per relation, macro) and qrels metrics into `metrics`.
+
+    Args:
+        run: Name of a retrieval run in the `runs` table, e.g. bm25-trex-test.
+        ks: Cut-offs K of R@K; empty: 1, 5, 20 and 100.
+        match: How an answer matches a passage: auto (DPR's regex mode for CuratedTREC, whose
+            answers are patterns, else string), string (DPR's normalized token match) or regex.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     log = stage_logger()
     ks = sorted(set(ks or DEFAULT_KS))
     if ks[0] < 1:
@@ -215,7 +223,7 @@ def evaluate_flow(
         log.info("evaluate %s: run, questions and passages unchanged (no-op)", run)
         return {**stage_record.report, "noop": True}
     report = evaluate_task(str(ws.root), run, ks, match, stage_fp)
-    publish_evaluation(report, overall_rows(ws, run).to_pylist())  # table + plot links in the UI
+    publish_evaluation(report, overall_rows(ws, run).to_pylist())  # table + plot images in the UI
     log.info("evaluate %s: %s", run, report)
     return {**report, "noop": False}
 

@@ -352,7 +352,30 @@ def reindex_flow(
     Incremental (see the module doc): only changed pages are cleaned and only new or changed
     passages encoded. The passages are encoded in process, or with a runner (or
     `$ODQA_DASK_ADDRESS`) one task per shard on it (see `flows.dense.encode_flow`), which
-    encodes all of them. `memory_gb` bounds the FAISS build (see `odqa index plan`)."""
+    encodes all of them. `memory_gb` bounds the FAISS build (see `odqa index plan`).
+
+    Args:
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        dump: A new MediaWiki XML dump to ingest first (only changed pages are cleaned again);
+            empty: none.
+        passages: A passages file (delta) to import first; empty: none.
+        passages_format: Format of passages: dpr-tsv or beir.
+        model: Model that encodes the passages; empty: the model of the release being served,
+            else the newest trained one.
+        index_type: FAISS index type: flat, hnsw or ivfpq.
+        bm25: Build the BM25 (Lucene) index of the release.
+        dense: Encode the passages and build the FAISS index of the release.
+        wait_seconds: How long to wait for a re-index that holds the workspace's lock before
+            giving up.
+        keep: Newest releases kept on disk (the current one always), so searches that started on
+            an older one finish; older ones are deleted.
+        threads: BM25 indexing threads; empty: one per CPU core.
+        batch_size: Passages per encoding batch.
+        shard_size: Passages per encoding shard (the unit of work on a runner and of resumption).
+        runner: Encode shards as tasks on this task runner (threads, processes or a Dask cluster);
+            empty: in process, or on $ODQA_DASK_ADDRESS's cluster when set.
+        memory_gb: Memory budget of the FAISS build in GB; empty: no limit.
+    """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     if not (bm25 or dense):

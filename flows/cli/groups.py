@@ -6,7 +6,9 @@ pyserini and Prefect imports.
 
 The group callback sets up each call: where log records go (`flows.cli.terminal`: the terminal
 shows progress and summaries, Prefect's records go to `<workspace>/logs/odqa.log`, `-v` shows
-them too) and which Prefect server flows report to (`flows.cli.prefect_api`).
+them too). Each verb, once its arguments parsed, picks the Prefect server its flows report to
+(`flows.cli.prefect_api`; `VerbCommand`): the workspace's long-lived server, started in the
+background by the first verb that runs a flow. `./run server stop` (or `odqa server stop`) stops it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from flows.backend.local_server import registered_client
 from flows.cli.prefect_api import PrefectApi, choose_prefect_api
 from flows.cli.terminal import TerminalSession, open_session, workspace_root
 
@@ -25,8 +28,30 @@ if TYPE_CHECKING:
     from storage import Workspace
 
 
+# Verbs that answer without a Prefect server: they report to the workspace's server only when it
+# already runs (`odqa search` then runs as a flow) and never start one.
+SERVERLESS_VERBS = frozenset({"sql", "serve", "search", "index plan", "server status", "server stop",
+                              "server reset"})  # fmt: skip
+
+
+class VerbCommand(click.Command):
+    """A verb: after its arguments are parsed (so `--help` and usage errors stay instant and start
+    nothing), choose the Prefect server its flows report to, starting the workspace's one when
+    the verb runs flows."""
+
+    def invoke(self, ctx: click.Context):
+        root = ctx.find_root()
+        verb = " ".join(ctx.command_path.split()[1:])
+        if root.obj is not None and "prefect_api" not in root.obj:
+            use_prefect(root, start=verb not in SERVERLESS_VERBS)
+        return super().invoke(ctx)
+
+
 class OdqaGroup(click.Group):
     """Turns an exception into one clear line (the traceback only with --debug / ODQA_DEBUG=1)."""
+
+    command_class = VerbCommand
+    group_class = type  # sub-groups are OdqaGroups, so their verbs are VerbCommands too
 
     def invoke(self, ctx: click.Context):
         try:
@@ -71,18 +96,50 @@ def main(ctx: click.Context, workspace: str | None, verbose: bool, debug: bool) 
     session = open_session(workspace_root(workspace), verbose)
     ctx.call_on_close(session.close)
     ctx.obj["terminal"] = session
-    api = choose_prefect_api()
+    if verbose:
+        ctx.call_on_close(lambda: click.echo(f"odqa: log: {session.log_path}", err=True))
+
+
+def use_prefect(root: click.Context, start: bool) -> PrefectApi:
+    """Choose this call's Prefect server (see `flows.cli.prefect_api`), export it for the flows,
+    say on the terminal what starting it took, and register the call as the server's client."""
+    session: TerminalSession = root.obj["terminal"]
+    workspace = workspace_root(root.obj.get("workspace"))
+    api = choose_prefect_api(workspace, start=start)
+    root.obj["prefect_api"] = api
     if api.needs_export and api.url:
         session.set_env("PREFECT_API_URL", api.url)
-    ctx.obj["prefect_api"] = api
-    if verbose:
+        root.with_resource(registered_client(workspace))
+    for line in server_lines(api):
+        click.echo(f"odqa: {line}", err=True)
+    if session.verbose:
         click.echo(f"odqa: {api.describe()}", err=True)
-        ctx.call_on_close(lambda: click.echo(f"odqa: log: {session.log_path}", err=True))
+    return api
+
+
+def server_lines(api: PrefectApi) -> list[str]:
+    """What the terminal is told when this call had to start the workspace's server."""
+    status = api.status
+    if status is None or not status.started:
+        return []
+    lines = [status.note] if status.note else []
+    record = status.record
+    if status.restarted_after is not None:
+        lines.append(f"this workspace's Prefect server (pid {status.restarted_after}) had stopped; "
+                     f"started it again at {record.ui_url}")  # fmt: skip
+    else:
+        lines.append(f"started this workspace's Prefect server in the background: UI {record.ui_url}, "
+                     f"log {record.log}; `./run server stop` stops it")  # fmt: skip
+    if status.crashed_runs:
+        lines.append(f"marked {len(status.crashed_runs)} flow run(s) whose process is gone as Crashed: "
+                     f"{', '.join(status.crashed_runs[:5])}{' ...' if len(status.crashed_runs) > 5 else ''}")
+    return lines
 
 
 def prefect_api_of(ctx: click.Context) -> PrefectApi:
     """The Prefect server this call's flows report to (see `flows.cli.prefect_api`)."""
-    return ctx.find_root().obj["prefect_api"]
+    root = ctx.find_root()
+    return root.obj.get("prefect_api") or use_prefect(root, start=False)
 
 
 def workspace_of(ctx: click.Context) -> Workspace:

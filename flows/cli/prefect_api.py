@@ -1,15 +1,14 @@
 """Which Prefect server a CLI call reports to, decided without importing Prefect.
 
-Without a configured server every flow run starts a temporary one (seconds on an idle machine,
-tens of seconds on a busy one). So the CLI looks, in this order, for:
+In this order:
 
 1. ``PREFECT_API_URL`` in the environment;
 2. ``PREFECT_API_URL`` in the active Prefect profile (``$PREFECT_HOME/profiles.toml``);
-3. the server ``./run server`` starts (http://127.0.0.1:4200/api) answering its health check
-   within ~0.2 s; when it does, ``PREFECT_API_URL`` is set for this call so the flows report to it.
-
-Otherwise flow-running verbs fall back to Prefect's temporary server, and verbs that can answer
-without one (``odqa search``) call their function directly instead of running a flow.
+3. the workspace's long-lived local server (`flows.backend.local_server`): a verb that runs
+   flows starts it in the background when it is not running (and again when it died), so no call
+   pays for Prefect's temporary server and every run stays visible in the UI; verbs that can
+   answer without a server (``odqa search``, ``sql``, ``serve``, ``index plan``) use it only when
+   it already runs. ``PREFECT_API_URL`` is then set for the call so the flows report to it.
 """
 
 from __future__ import annotations
@@ -20,22 +19,25 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCAL_SERVER = "http://127.0.0.1:4200/api"
+from flows.backend.local_server import ServerStatus, ensure_server, running_server
+
 HEALTH_TIMEOUT_S = 0.2
 
 
 @dataclass(frozen=True)
 class PrefectApi:
-    """The server flow runs report to (``url`` None: none configured) and how it was found;
-    ``needs_export``: found by probing, so ``PREFECT_API_URL`` must be set for the flows."""
+    """The server flow runs report to (``url`` None: none) and how it was found;
+    ``needs_export``: the workspace's own server, so ``PREFECT_API_URL`` must be set for the flows;
+    ``status``: what starting it took, when this call started it."""
 
     url: str | None
     source: str
     needs_export: bool = False
+    status: ServerStatus | None = None
 
     def describe(self) -> str:
         if self.url is None:
-            return "no Prefect server configured: flow runs start a temporary local server"
+            return "no Prefect server: answered without a flow run"
         return f"reporting flow runs to the Prefect server at {self.url} ({self.source})"
 
 
@@ -69,14 +71,26 @@ def server_answers(url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
         return False
 
 
-def choose_prefect_api() -> PrefectApi:
-    """Find the server (see the module docstring). The caller exports a found local server as
-    ``PREFECT_API_URL`` so the flows of this call report to it."""
+def configured_api() -> PrefectApi | None:
+    """A server the user configured (steps 1 and 2 of the module docstring), if any."""
     if os.environ.get("PREFECT_API_URL"):
         return PrefectApi(os.environ["PREFECT_API_URL"], "PREFECT_API_URL")
     configured = profile_api_url()
     if configured:
         return PrefectApi(configured, "the active Prefect profile")
-    if server_answers(LOCAL_SERVER):
-        return PrefectApi(LOCAL_SERVER, "found ./run server", needs_export=True)
+    return None
+
+
+def choose_prefect_api(workspace: Path, start: bool) -> PrefectApi:
+    """Find the server (see the module docstring); ``start``: the verb runs flows, so the
+    workspace's server is started when it does not run."""
+    configured = configured_api()
+    if configured is not None:
+        return configured
+    if start:
+        status = ensure_server(workspace)
+        return PrefectApi(status.record.api_url, "this workspace's server", needs_export=True, status=status)
+    record = running_server(workspace)
+    if record is not None:
+        return PrefectApi(record.api_url, "this workspace's server", needs_export=True)
     return PrefectApi(None, "none")
