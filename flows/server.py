@@ -34,6 +34,7 @@ from flows.backend.local_server import (
 )
 from flows.concurrency_slots import GPU_TAG, set_gpu_limit
 from flows.deployment_forms import deploy_typed_forms
+from flows.prefect_fixes import drop_null_filter_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POOL = "odqa-process"
@@ -119,39 +120,10 @@ def local_prefect(
             running.stop_worker()
 
 
-def _fix_none_paging() -> None:
-    """Work around Prefect 3.8.8's client sending ``null`` for unset fields (``limit``, ``sort``,
-    ``flow_runs`` ...) in the body of ``.../filter`` requests, which the 3.8.8 server rejects
-    (HTTP 422): `prefect deploy` asks for the pool's workers that way after each deployment (so
-    `deploy --all` stopped after the first), and `prefect deployment ls` reads deployments and
-    flows that way. Such keys are dropped, so the server's defaults apply."""
-    from prefect.client.orchestration.base import BaseAsyncClient, BaseClient
-
-    if getattr(BaseAsyncClient.request, "odqa_fixed", False):
-        return
-    sync_request, async_request = BaseClient.request, BaseAsyncClient.request
-
-    def cleaned(path: str, kwargs: dict) -> dict:
-        body = kwargs.get("json")
-        if str(path).endswith("/filter") and isinstance(body, dict):
-            kwargs["json"] = {k: v for k, v in body.items() if v is not None}
-        return kwargs
-
-    def request(self, method, path, params=None, path_params=None, **kwargs):
-        return sync_request(self, method, path, params, path_params, **cleaned(path, kwargs))
-
-    async def arequest(self, method, path, params=None, path_params=None, **kwargs):
-        return await async_request(self, method, path, params, path_params, **cleaned(path, kwargs))
-
-    arequest.odqa_fixed = True  # type: ignore[attr-defined]
-    BaseClient.request = request  # type: ignore[method-assign]
-    BaseAsyncClient.request = arequest  # type: ignore[method-assign]
-
-
 def run_prefect_cli(args: list[str]) -> int:
-    """`python -m flows.server prefect ARGS`: the Prefect CLI with `_fix_none_paging` applied and
+    """`python -m flows.server prefect ARGS`: the Prefect CLI with `drop_null_filter_fields` applied and
     typed Custom run forms for what it deploys (`flows.deployment_forms`)."""
-    _fix_none_paging()
+    drop_null_filter_fields()
     deploy_typed_forms()
     from prefect.cli import app
 
@@ -218,6 +190,9 @@ def status_lines(workspace: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["prefect"]:
+        record = None if os.environ.get("PREFECT_API_URL") else running_server(workspace_of(None))
+        if record is not None:  # `./run prefect ...` talks to the workspace's server
+            os.environ["PREFECT_API_URL"] = record.api_url
         return run_prefect_cli(argv[1:])
     parser = argparse.ArgumentParser(prog="./run server", description=__doc__.splitlines()[0],
                                      epilog="Ctrl-C stops the worker; `./run server stop` stops the server, "

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from flows.backend.local_server import TemporaryServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO_ROOT / "sample"
@@ -34,16 +38,52 @@ def workspace(tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[str]:
-    """One temporary Prefect server for the whole session (starting one costs ~10 s).
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporaryServer]:
+    """One Prefect server for the whole session (starting one costs ~10 s), on the project's
+    backend: a database of its own in the local PostgreSQL (SQLite, saying so, where PostgreSQL
+    cannot be had), dropped with the server at the end. Its output goes to `server.log` beside
+    its PREFECT_HOME. `PREFECT_API_URL` names it for this process and its subprocesses."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    Yields the API URL so tests that start subprocesses can point them at the same server.
-    """
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+    from flows.backend.local_server import temporary_server
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
+    home = tmp_path_factory.mktemp("prefect-server")
+    with temporary_server(home, home / "server.log", label="test", timeout=300) as server, \
+            temporary_settings({PREFECT_API_URL: server.api_url}):  # fmt: skip
+        previous = os.environ.get("PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = server.api_url
+        try:
+            yield server
+        finally:
+            _drain_prefect_workers()
+            if previous is None:
+                os.environ.pop("PREFECT_API_URL", None)
+            else:
+                os.environ["PREFECT_API_URL"] = previous
+
+
+def _drain_prefect_workers() -> None:
+    """Send this process's queued run logs and events before the server goes (as Prefect's own
+    test harness does), so none is posted to a stopped server."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        for worker in (APILogWorker, EventsWorker):
+            result = worker.drain_all()
+            if inspect.isawaitable(result):
+                await result
+
+    run_coro_as_sync(drain())
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(prefect_server: TemporaryServer) -> str:
+    """The API URL of the session's Prefect server, for tests that start subprocesses."""
+    return prefect_server.api_url
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ DIR_ENV = "ODQA_POSTGRES_DIR"
 BIN_ENV = "ODQA_POSTGRES_BIN"
 USER_ENV = "ODQA_POSTGRES_USER"
 ROOT_DEFAULT = Path("/var/lib/odqa/postgres")
+DEBIAN_LIB = Path("/usr/lib/postgresql")  # Debian's postgresql-NN packages: DEBIAN_LIB/NN/bin
 MIN_VERSION = (14, 9)  # Prefect 3's minimum for its PostgreSQL backend
 PORT = 5432  # only names the socket file: nothing listens on TCP
 SOCKET_PATH_MAX = 100  # a Unix socket path must fit in 107 bytes
@@ -86,7 +87,7 @@ def find_bin_dir(major: int | None = None) -> Path:
     candidates: list[Path] = []
     if os.environ.get(BIN_ENV):
         candidates.append(Path(os.environ[BIN_ENV]))
-    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: _numeric(p.parent.name), reverse=True)
+    debian = sorted(DEBIAN_LIB.glob("*/bin"), key=lambda p: _numeric(p.parent.name), reverse=True)
     if major is not None:
         debian = [p for p in debian if p.parent.name == str(major)]
     candidates += debian
@@ -228,6 +229,12 @@ class Cluster:
         rows = self.psql("SELECT datname FROM pg_database WHERE NOT datistemplate ORDER BY datname")
         return [name for name in rows.splitlines() if name.startswith(prefix)]
 
+    def databases_in_use(self) -> list[str]:
+        """Databases with open sessions (other than this query's): the Prefect servers using them."""
+        rows = self.psql("SELECT DISTINCT datname FROM pg_stat_activity WHERE datname IS NOT NULL "
+                         "AND datname <> 'postgres' AND pid <> pg_backend_pid() ORDER BY 1")  # fmt: skip
+        return rows.splitlines()
+
     def create_database(self, name: str) -> bool:
         """Create ``name`` (with ``pg_trgm``, which Prefect's migrations need) unless it exists;
         True when it was created."""
@@ -308,7 +315,6 @@ def local_cluster(root: Path | None = None) -> Cluster:
     """The cluster of this user (see the module docstring); raises PostgresUnavailable with the
     reason when PostgreSQL cannot be had. Creates and starts nothing."""
     root = root or default_root()
-    owner, switch = _owner()
     version_file = root / "data" / "PG_VERSION"
     major = int(version_file.read_text().strip()) if version_file.is_file() else None
     bin_dir = find_bin_dir(major)
@@ -316,4 +322,5 @@ def local_cluster(root: Path | None = None) -> Cluster:
     if version < MIN_VERSION:
         raise PostgresUnavailable(f"PostgreSQL {version[0]}.{version[1]} is older than the "
                                   f"{MIN_VERSION[0]}.{MIN_VERSION[1]} Prefect needs")  # fmt: skip
+    owner, switch = _owner()
     return Cluster(root=root, bin_dir=bin_dir, owner=owner, switch_user=switch)

@@ -22,6 +22,7 @@ VERB_MODULES = [
     "demo",
     "categories",
     "serve",
+    "prefect_server",
 ]
 
 for _name in VERB_MODULES:
