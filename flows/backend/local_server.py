@@ -54,7 +54,7 @@ STOP_TIMEOUT_S = 30.0
 # Environment of the caller the server must not inherit: the CLI's logging set-up (the server
 # writes its own log) and another server's address or database.
 FOREIGN_ENV = ("PREFECT_LOGGING_", "PREFECT_API_URL", "PREFECT_SERVER_DATABASE_", "PREFECT_API_DATABASE_",
-               "PREFECT_HOME", "PREFECT_PROFILE")  # fmt: skip
+               "PREFECT_SERVER_API_", "PREFECT_UI_", "PREFECT_SERVER_UI_", "PREFECT_HOME", "PREFECT_PROFILE")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -189,11 +189,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def server_env(database: PrefectDatabase, home: Path) -> dict[str, str]:
-    """The environment of a server process: the caller's, minus FOREIGN_ENV, plus its database."""
+def server_env(database: PrefectDatabase, port: int, home: Path) -> dict[str, str]:
+    """The environment of a server process: the caller's, minus FOREIGN_ENV, plus its database
+    and its address (which the UI's pages call: by default they would call port 4200)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
     env.update(database.server_env())
-    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_API_HOST=HOST,
+               PREFECT_SERVER_API_PORT=str(port), PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
                PREFECT_SERVER_LOGGING_LEVEL=env.get("ODQA_PREFECT_SERVER_LOG_LEVEL", "WARNING"))  # fmt: skip
     return env
 
@@ -208,7 +210,7 @@ def launch(database: PrefectDatabase, port: int, home: Path, log: Path, detached
         sink.flush()
         return subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)],
-            env=server_env(database, home), cwd=home, stdin=subprocess.DEVNULL, stdout=sink,
+            env=server_env(database, port, home), cwd=home, stdin=subprocess.DEVNULL, stdout=sink,
             stderr=subprocess.STDOUT, start_new_session=detached,
         )  # fmt: skip
 
