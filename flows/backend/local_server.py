@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from flows.backend.database import PrefectDatabase, database_name, prefect_database
+from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
 
 HOST = "127.0.0.1"
 PREFERRED_PORT = 4200
@@ -244,7 +244,7 @@ def read_record(workspace: Path) -> ServerRecord | None:
         return None
 
 
-def _write_record(paths: ServerPaths, record: ServerRecord) -> None:
+def write_record(paths: ServerPaths, record: ServerRecord) -> None:
     paths.state_dir.mkdir(parents=True, exist_ok=True)
     temporary = paths.record.with_name(f".{paths.record.name}.{os.getpid()}")
     temporary.write_text(json.dumps(asdict(record), indent=2), encoding="utf-8")
@@ -297,7 +297,7 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
         except BaseException:
             terminate(process.pid)
             raise
-        _write_record(paths, fresh)
+        write_record(paths, fresh)
         status = ServerStatus(fresh, started=True, note=database.note,
                               restarted_after=record.pid if record is not None else None)  # fmt: skip
     status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
@@ -332,8 +332,12 @@ def stop_server(workspace: Path) -> ServerRecord | None:
 def reset_server(workspace: Path) -> str:
     """Stop the server and delete its database (every run, deployment and log in Prefect); the
     workspace's tables stay. Returns what was done, in words."""
+    recorded = read_record(workspace)
     stopped = stop_server(workspace)
-    database = workspace_database(workspace)
+    if recorded is not None and recorded.backend == "sqlite":
+        database = sqlite_database(ServerPaths(workspace).sqlite, note=None)
+    else:
+        database = workspace_database(workspace)
     dropped = database.drop()
     return (f"{'stopped the server (pid ' + str(stopped.pid) + '), ' if stopped else ''}"
             f"{'deleted' if dropped else 'nothing to delete in'} {database.describe()}")  # fmt: skip

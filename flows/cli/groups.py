@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from storage import Workspace
 
 
+HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 # Verbs that answer without a Prefect server: they report to the workspace's server only when it
 # already runs (`odqa search` then runs as a flow) and never start one.
 SERVERLESS_VERBS = frozenset({"sql", "serve", "search", "index plan", "server status", "server stop",
@@ -109,12 +110,30 @@ def use_prefect(root: click.Context, start: bool) -> PrefectApi:
     root.obj["prefect_api"] = api
     if api.needs_export and api.url:
         session.set_env("PREFECT_API_URL", api.url)
+        if "prefect.settings" in sys.modules:  # an in-process caller imported Prefect already
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
+            root.with_resource(temporary_settings({PREFECT_API_URL: api.url}))
         root.with_resource(registered_client(workspace))
+    if start and not os.environ.get(HEARTBEAT_ENV):
+        root.with_resource(without_heartbeats())
     for line in server_lines(api):
         click.echo(f"odqa: {line}", err=True)
     if session.verbose:
         click.echo(f"odqa: {api.describe()}", err=True)
     return api
+
+
+def without_heartbeats():
+    """Prefect settings for this call with flow-run heartbeats off. Prefect 3.8 ends every sync
+    flow run (subflows too) by joining its heartbeat thread, which sleeps in 1 s steps: up to 1 s
+    per flow run, most of a short verb's overhead and a second per pipeline stage. The heartbeats
+    only feed zombie-run automations, which odqa does not set up (the long-lived server marks
+    runs of dead processes Crashed when it restarts). Setting $PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+    keeps them."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
 def server_lines(api: PrefectApi) -> list[str]:

@@ -170,7 +170,7 @@ def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
 
 def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_server, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from flows.backend.local_server import ServerRecord, ServerPaths, _write_record
+    from flows.backend.local_server import ServerPaths, ServerRecord, write_record
     from flows.cli import prefect_api
 
     ws = tmp_path / "ws"
@@ -190,13 +190,13 @@ def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_serve
     assert prefect_api.choose_prefect_api(ws, start=False).url is None
     # The workspace's record names a running server (here the session's): it is found.
     port = int(prefect_server.api_url.rsplit(":", 1)[1].split("/")[0])
-    _write_record(ServerPaths(ws), ServerRecord(pid=prefect_server.process.pid, port=port, backend="postgresql",
+    write_record(ServerPaths(ws), ServerRecord(pid=prefect_server.process.pid, port=port, backend="postgresql",
                                                 database=prefect_server.database.name, started_at="", log=""))  # fmt: skip
     found = prefect_api.choose_prefect_api(ws, start=False)
     assert (found.url, found.needs_export) == (prefect_server.api_url, True)
     assert prefect_api.choose_prefect_api(ws, start=True).status.started is False
     # A record whose process is gone (here: a pid that is no Prefect server) is not used.
-    _write_record(ServerPaths(ws), ServerRecord(pid=os.getpid(), port=port, backend="postgresql",
+    write_record(ServerPaths(ws), ServerRecord(pid=os.getpid(), port=port, backend="postgresql",
                                                 database=prefect_server.database.name, started_at="", log=""))  # fmt: skip
     assert prefect_api.choose_prefect_api(ws, start=False).url is None
 
