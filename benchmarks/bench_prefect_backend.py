@@ -46,7 +46,7 @@ PROBLEMS = ("database is locked", "Error flushing")
 def env_for(backend: str, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
     env.update(PREFECT_HOME=str(home), PREFECT_PROFILES_PATH=str(home / "profiles.toml"), HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))  # fmt: skip
+               TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT), ODQA_PREFECT_PORT="0")  # fmt: skip
     if backend == "sqlite":
         env["ODQA_PREFECT_BACKEND"] = "sqlite"
     for name in ("ODQA_POSTGRES_DIR", "ODQA_POSTGRES_BIN", "ODQA_POSTGRES_USER"):

@@ -46,6 +46,7 @@ from flows.backend.database import PrefectDatabase, database_name, prefect_datab
 
 HOST = "127.0.0.1"
 PREFERRED_PORT = 4200
+PORT_ENV = "ODQA_PREFECT_PORT"  # the port a workspace's server prefers; 0: any free port
 STATE_DIR = "prefect"
 LOG_DIR = "prefect-logs"
 STARTUP_TIMEOUT_ENV = "ODQA_PREFECT_STARTUP_TIMEOUT"
@@ -278,8 +279,8 @@ def workspace_database(workspace: Path) -> PrefectDatabase:
 def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
     """The workspace's server, started in the background when none runs (again, when it died).
 
-    ``port``: wanted port (``./run server --port``); else the one it had, else 4200 when free,
-    else any free port."""
+    ``port``: wanted port (``./run server --port``); else the one it had, else
+    ``$ODQA_PREFECT_PORT`` (default 4200) when free, else any free port."""
     paths = ServerPaths(workspace)
     timeout = float(os.environ.get(STARTUP_TIMEOUT_ENV) or STARTUP_TIMEOUT_S)
     with _locked(paths):
@@ -309,7 +310,8 @@ def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:
         if not port_free(wanted):
             raise RuntimeError(f"port {wanted} on {HOST} is in use; choose another with --port")
         return wanted
-    for candidate in (previous.port if previous else None, PREFERRED_PORT):
+    preferred = int(os.environ.get(PORT_ENV) or PREFERRED_PORT)
+    for candidate in (previous.port if previous else None, preferred):
         if candidate and port_free(candidate):
             return candidate
     return free_port()

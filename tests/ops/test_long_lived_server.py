@@ -47,7 +47,10 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
     env.update(PYTHONPATH=str(REPO_ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
                PREFECT_PROFILES_PATH=str(tmp_path / "no-profiles.toml"), HF_HUB_OFFLINE="1",
-               ODQA_PREFECT_STARTUP_TIMEOUT="300")  # fmt: skip
+               ODQA_PREFECT_STARTUP_TIMEOUT="300",
+               # Any free port, not 4200: a server there would take calls of other checkouts
+               # that look for `./run server` at its default address.
+               ODQA_PREFECT_PORT="0")  # fmt: skip
     for name in ("ODQA_POSTGRES_DIR", "ODQA_POSTGRES_BIN", "ODQA_POSTGRES_USER", "ODQA_PREFECT_BACKEND"):
         if name in os.environ:  # the backend the rest of the session uses
             env[name] = os.environ[name]
