@@ -5,8 +5,9 @@ Training and encoding tasks carry the tag `gpu`; a Prefect tag concurrency limit
 tasks of different flow runs queue instead of sharing a device. Prefect 3.8's task engine waits
 for a slot silently (the task sits in Pending, its logs empty), so a user cannot tell a queued
 task from a hung one. `announce_slot_waits` wraps the engine's slot acquisition: after
-`GRACE_S` without a slot the task's run logs (and the terminal of a CLI call) say what it waits
-for and who holds the slots, again every `REPEAT_S`, and how long it waited once it got one.
+`GRACE_S` without a slot the task's run logs say what it waits for and who holds the slots, as a
+warning (so the terminal of a CLI call shows it too), again every `REPEAT_S`, and how long it
+waited once it got one.
 `flows.runtime` installs it in every process that runs odqa flows.
 """
 
@@ -114,19 +115,25 @@ class SlotWait:
                 message = f"waiting for a slot of {self.tags} ({error})"
             if self.done.is_set():
                 return
-            self._tell(message)
+            self.logger.warning(message)
             self.announced = True
             pause = REPEAT_S
 
     def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
         self.done.set()
         if self.announced and kind is None:
-            self._tell(f"got a slot of {', '.join(self.tags)} after {time.monotonic() - self.started:.0f} s")
+            self.logger.info(f"got a slot of {', '.join(self.tags)} after {time.monotonic() - self.started:.0f} s")
 
-    def _tell(self, message: str) -> None:
-        from flows.console import CONSOLE_MARK
 
-        self.logger.info(message, extra={CONSOLE_MARK: True})
+def _run_logger() -> logging.Logger | logging.LoggerAdapter:
+    """The task run's logger (the engine acquires slots inside the task's run context)."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("odqa.slots")
 
 
 def _tags(names: str | list[str]) -> list[str]:
@@ -139,9 +146,7 @@ def _announcing(acquire: Callable[..., Any]) -> Callable[..., Any]:
         tags = _tags(names)
         with contextlib.ExitStack() as stack:
             if tags:
-                from flows.runtime import stage_logger
-
-                with SlotWait(tags, stage_logger()):
+                with SlotWait(tags, _run_logger()):
                     stack.enter_context(acquire(names, *args, **kwargs))
             else:
                 stack.enter_context(acquire(names, *args, **kwargs))
@@ -157,9 +162,7 @@ def _announcing_async(acquire: Callable[..., Any]) -> Callable[..., Any]:
         tags = _tags(names)
         async with contextlib.AsyncExitStack() as stack:
             if tags:
-                from flows.runtime import stage_logger
-
-                with SlotWait(tags, stage_logger()):
+                with SlotWait(tags, _run_logger()):
                     await stack.enter_async_context(acquire(names, *args, **kwargs))
             else:
                 await stack.enter_async_context(acquire(names, *args, **kwargs))
