@@ -21,14 +21,19 @@ from typing import TYPE_CHECKING
 import click
 
 from flows.backend.local_server import registered_client
-from flows.cli.prefect_api import PrefectApi, choose_prefect_api
+from flows.cli.prefect_api import (
+    HEARTBEAT_ENV,
+    PrefectApi,
+    choose_prefect_api,
+    server_lines,
+    without_heartbeats,
+)
 from flows.cli.terminal import TerminalSession, open_session, workspace_root
 
 if TYPE_CHECKING:
     from storage import Workspace
 
 
-HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 # Verbs that answer without a Prefect server: they report to the workspace's server only when it
 # already runs (`odqa search` then runs as a flow) and never start one.
 SERVERLESS_VERBS = frozenset({"sql", "serve", "search", "index plan", "server status", "server stop",
@@ -122,37 +127,6 @@ def use_prefect(root: click.Context, start: bool) -> PrefectApi:
     if session.verbose:
         click.echo(f"odqa: {api.describe()}", err=True)
     return api
-
-
-def without_heartbeats():
-    """Prefect settings for this call with flow-run heartbeats off. Prefect 3.8 ends every sync
-    flow run (subflows too) by joining its heartbeat thread, which sleeps in 1 s steps: up to 1 s
-    per flow run, most of a short verb's overhead and a second per pipeline stage. The heartbeats
-    only feed zombie-run automations, which odqa does not set up (the long-lived server marks
-    runs of dead processes Crashed when it restarts). Setting $PREFECT_FLOWS_HEARTBEAT_FREQUENCY
-    keeps them."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
-    return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
-
-
-def server_lines(api: PrefectApi) -> list[str]:
-    """What the terminal is told when this call had to start the workspace's server."""
-    status = api.status
-    if status is None or not status.started:
-        return []
-    lines = [status.note] if status.note else []
-    record = status.record
-    if status.restarted_after is not None:
-        lines.append(f"this workspace's Prefect server (pid {status.restarted_after}) had stopped; "
-                     f"started it again at {record.ui_url}")  # fmt: skip
-    else:
-        lines.append(f"started this workspace's Prefect server in the background: UI {record.ui_url}, "
-                     f"log {record.log}; `./run server stop` stops it")  # fmt: skip
-    if status.crashed_runs:
-        lines.append(f"marked {len(status.crashed_runs)} flow run(s) whose process is gone as Crashed: "
-                     f"{', '.join(status.crashed_runs[:5])}{' ...' if len(status.crashed_runs) > 5 else ''}")
-    return lines
 
 
 def prefect_api_of(ctx: click.Context) -> PrefectApi:
