@@ -91,7 +91,10 @@ class OdqaGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.pass_context
 def main(ctx: click.Context, workspace: str | None, verbose: bool, debug: bool) -> None:
-    """odqa: open-domain QA retrievers from public sources, as Prefect flows over a DuckDB workspace."""
+    """odqa: open-domain QA retrievers from public sources, as Prefect flows over a DuckDB workspace.
+
+    Verbs that run flows report to the workspace's Prefect server, started in the background on
+    first use (UI at the address it prints); `odqa server stop` or `./run server stop` stops it."""
     # A flow run without a configured server starts a temporary one; on a busy 2-core machine
     # that can take longer than Prefect's 20 s default, which would fail every verb.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
