@@ -48,18 +48,40 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempora
     from flows.backend.local_server import temporary_server
 
     home = tmp_path_factory.mktemp("prefect-server")
-    with temporary_server(home, home / "server.log", label="test", timeout=300) as server, \
-            temporary_settings({PREFECT_API_URL: server.api_url}):  # fmt: skip
-        previous = os.environ.get("PREFECT_API_URL")
-        os.environ["PREFECT_API_URL"] = server.api_url
-        try:
-            yield server
-        finally:
-            _drain_prefect_workers()
-            if previous is None:
-                os.environ.pop("PREFECT_API_URL", None)
-            else:
-                os.environ["PREFECT_API_URL"] = previous
+    cluster, started_cluster = _start_cluster()
+    try:
+        with temporary_server(home, home / "server.log", label="test", timeout=300) as server, \
+                temporary_settings({PREFECT_API_URL: server.api_url}):  # fmt: skip
+            previous = os.environ.get("PREFECT_API_URL")
+            os.environ["PREFECT_API_URL"] = server.api_url
+            try:
+                yield server
+            finally:
+                _drain_prefect_workers()
+                if previous is None:
+                    os.environ.pop("PREFECT_API_URL", None)
+                else:
+                    os.environ["PREFECT_API_URL"] = previous
+    finally:
+        # The cluster is shared (other checkouts' servers may use it): stopped only when this
+        # session started it and no database of it is in use anymore.
+        if cluster is not None and started_cluster and not cluster.databases_in_use():
+            cluster.stop()
+
+
+def _start_cluster():
+    """(the local PostgreSQL cluster, whether this call started it); (None, False) when the
+    session's server will not use it (a configured database, SQLite, no PostgreSQL)."""
+    from flows.backend.database import BACKEND_ENV, configured_url
+    from flows.backend.postgres import PostgresUnavailable, local_cluster
+
+    if configured_url() or os.environ.get(BACKEND_ENV, "").lower() == "sqlite":
+        return None, False
+    try:
+        cluster = local_cluster()
+        return cluster, cluster.ensure_running()
+    except (PostgresUnavailable, RuntimeError, OSError):
+        return None, False
 
 
 def _drain_prefect_workers() -> None:
