@@ -18,6 +18,11 @@ small and the same both ways): ``odqa import passages`` and ``odqa evaluate``; d
 ``python -c`` that imports the flow module and calls ``flow.fn(...)``. The workspace's server
 runs (started once before timing). Overhead = median CLI wall time - median direct wall time.
 
+Forty stages (``--forty``): the flow of ``tests/ops/test_prefect_backend.py``, 40 concurrent
+subflows of 3 tasks each whose tag has a concurrency limit, on a throw-away server of each
+backend (alternating), with its wall time and the server log's "database is locked" / "Error
+flushing" counts read before the server stops.
+
 Targets (issue 22): no stage over 3x its median across runs of its backend; the PostgreSQL
 pipeline at least 1.2x faster than SQLite's median; CLI overhead at most 1.5 s per verb.
 """
@@ -153,6 +158,42 @@ def cli_overhead(tmp: Path, repeats: int) -> dict:
     return {"verbs": rows, "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
 
 
+FORTY = """
+import asyncio, json, os, sys, time
+from pathlib import Path
+from flows.backend.local_server import temporary_server
+home = Path(sys.argv[1])
+home.mkdir(parents=True, exist_ok=True)
+with temporary_server(home, home / "server.log", label="bench") as server:
+    os.environ["PREFECT_API_URL"] = server.api_url
+    from tests.ops import test_prefect_backend as load
+    asyncio.run(load._set_limit(load.STAGES * load.TASKS_PER_STAGE))
+    started = time.perf_counter()
+    result = asyncio.run(load.forty_stages())
+    seconds = time.perf_counter() - started
+    log = (home / "server.log").read_text(errors="replace")
+    print(json.dumps({"seconds": round(seconds, 1), "kind": server.database.kind,
+                      "problems": {p: log.count(p) for p in ("database is locked", "Error flushing")}}))
+"""
+
+
+def forty_stages(tmp: Path, repeats: int) -> list[dict]:
+    rows = []
+    for number in range(1, repeats + 1):
+        for backend in (BACKENDS if number % 2 else tuple(reversed(BACKENDS))):
+            env = env_for(backend, tmp / f"home-forty-{backend}-{number}")
+            load = os.getloadavg()[0]
+            done = subprocess.run([sys.executable, "-c", FORTY, str(tmp / f"forty-{backend}-{number}")], env=env,
+                                  cwd=ROOT, capture_output=True, text=True, timeout=1800)  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"forty stages on {backend} failed:\n{done.stderr[-3000:]}")
+            row = {"backend": backend, "run": number, "load_before": round(load, 2),
+                   **json.loads(done.stdout.strip().splitlines()[-1])}  # fmt: skip
+            rows.append(row)
+            print(f"forty {backend} #{number}: {row}", file=sys.stderr, flush=True)
+    return rows
+
+
 def summary(runs: list[dict]) -> dict:
     out: dict = {}
     for backend in BACKENDS:
@@ -200,6 +241,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "prefect_backend.json")
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-cli", action="store_true")
+    parser.add_argument("--forty", action="store_true", help="also time the 40-subflow flow on both backends")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-prefect-"))
     runs: list[dict] = []
@@ -214,9 +256,11 @@ def main() -> None:
         runs.sort(key=lambda r: (BACKENDS.index(r["backend"]), r["run"]))
     totals = summary(runs) if runs else {}
     cli = None if args.skip_cli else cli_overhead(tmp, args.repeats)
+    forty = forty_stages(tmp, args.repeats) if args.forty else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"runs": runs, "summary": totals, "cli": cli}, indent=2), encoding="utf-8")
-    print(markdown(runs, totals, cli) if runs else json.dumps(cli, indent=2))
+    args.out.write_text(json.dumps({"runs": runs, "summary": totals, "cli": cli, "forty": forty}, indent=2),
+                        encoding="utf-8")  # fmt: skip
+    print(markdown(runs, totals, cli) if runs else json.dumps({"cli": cli, "forty": forty}, indent=2))
 
 
 if __name__ == "__main__":
