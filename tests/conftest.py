@@ -19,6 +19,9 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
+# Flows in tests run against the session's server (`prefect_server`, on the project's backend),
+# never a temporary SQLite server Prefect would otherwise start for a flow run without one.
+os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
 
 
 def shared_data(*parts: str) -> Path:

@@ -176,7 +176,10 @@ def wait_healthy(api_url: str, alive: Callable[[], bool], timeout: float, log: P
 
 
 def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as uvicorn binds: the closed
+    connections of a killed server's port linger in TIME_WAIT without making it busy)."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((HOST, port))
         except OSError:
