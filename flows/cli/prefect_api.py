@@ -14,14 +14,11 @@ In this order:
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from flows.backend.local_server import ServerStatus, ensure_server, running_server
 
-HEALTH_TIMEOUT_S = 0.2
 HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 
 
@@ -61,15 +58,6 @@ def profile_api_url() -> str | None:
     active = os.environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
     value = profiles.get("profiles", {}).get(active, {}).get("PREFECT_API_URL")
     return str(value) if value else None
-
-
-def server_answers(url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
-    """Whether a Prefect server at ``url`` (an API URL) answers ``/health`` within ``timeout``."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def configured_api() -> PrefectApi | None:
