@@ -112,7 +112,7 @@ class Direct:
 class Service:
     def __init__(self, workspace: str, torch_threads: int | None, max_wait_ms: float = 5.0,
                  encoder_workers: int | None = None) -> None:
-        from flows.server import free_port
+        from flows.backend.local_server import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

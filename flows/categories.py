@@ -284,7 +284,14 @@ def label_domains_flow(
     domains_file: str | None = None,
     max_depth: int | None = None,
 ) -> LabelDomainsReport:
-    """Label articles and questions with DESIRE-ME domains from the category graph."""
+    """Label articles and questions with DESIRE-ME domains from the category graph.
+
+    Args:
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        domains_file: JSON file of top-level domains and their categories; empty: DESIRE-ME's.
+        max_depth: Most category edges walked up from a page; empty: the domains file's max_depth,
+            else 10.
+    """
     ws = Workspace.resolve(workspace)
     config = (load_domain_config(domains_file) if domains_file else DomainConfig()).with_max_depth(max_depth)
     config_dict = {**asdict(config), "hidden_categories": sorted(config.hidden_categories)}

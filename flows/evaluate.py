@@ -99,10 +99,11 @@ def evaluate_flow(run: str, ks: list[int] | None = None, match: str = "auto",
     """Evaluate RUN: answer-based R@K (micro, per relation, macro) and qrels metrics into `metrics`.
 
     Args:
-        run: Name of the run to evaluate (see the `runs` table).
-        ks: Cut-offs K of R@K (default 1, 5, 20, 100).
-        match: Answer matching: auto (regex for CuratedTREC, else string), string or regex.
-        workspace: Workspace directory (default: $ODQA_WORKSPACE, else ./workspace).
+        run: Name of a retrieval run in the `runs` table, e.g. bm25-trex-test.
+        ks: Cut-offs K of R@K; empty: 1, 5, 20 and 100.
+        match: How an answer matches a passage: auto (DPR's regex mode for CuratedTREC, whose
+            answers are patterns, else string), string (DPR's normalized token match) or regex.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
     """
     ks = sorted(set(ks or DEFAULT_KS))
     if ks[0] < 1:

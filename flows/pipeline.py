@@ -468,7 +468,17 @@ def odqa_pipeline(
     evaluation: EvaluationSettings = EvaluationSettings(),  # noqa: B008
     runner: RunnerSettings = RunnerSettings(),  # noqa: B008
 ) -> PipelineReport:
-    """The whole pipeline on one workspace; unchanged stages finish from cache."""
+    """The whole pipeline on one workspace; unchanged stages finish from cache.
+
+    Args:
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        sources: Where passages and the category graph come from.
+        questions: Question datasets: template questions, PAQ and standard QA imports.
+        domains: DESIRE-ME domain labelling from the category graph.
+        training: Which retrievers to train, and how long.
+        evaluation: Which question sets to evaluate on, and at which cut-offs.
+        runner: Where data-parallel stages run: threads, processes or a Dask cluster.
+    """
     ws = Workspace.resolve(workspace)
     plan = plan_stages(ws, sources, questions, domains, training, evaluation, runner)
     cache = STAGE_CACHE.configure(key_storage=ws.cache_dir)

@@ -171,7 +171,39 @@ def trex_questions_flow(
     task_retry_delay: float = 30.0,
     workspace: str | None = None,
 ) -> TrexQuestionsReport:
-    """Template questions from Wikidata facts (SPARQL, T-REx or JSON Lines) into `questions`."""
+    """Template questions from Wikidata facts (SPARQL, T-REx or JSON Lines) into `questions`.
+
+    Give exactly one fact source: sparql, trex or triples.
+
+    Args:
+        templates: relation_query_templates.json (EntityQuestions format) mapping relations to
+            question templates.
+        dataset: Dataset name the questions are stored under in the `questions` table.
+        sparql: SPARQL endpoint URL to read facts from (e.g. https://query.wikidata.org/sparql).
+        trex: T-REx JSON file, or a folder of them, to read facts from.
+        triples: JSON Lines file of facts, one (subject, relation, object) triple per line.
+        relations: Relation ids (e.g. P19) to use; empty: the thesis' 14, or with splits none
+            every templated relation.
+        sample_per_relation: Facts per relation, deterministic under seed; empty: all from files,
+            20000 from SPARQL.
+        seed: Seed of fact sampling and of the splits.
+        splits: thesis (seen relations 80/10/10, unseen relations 10% test_unseen, four analysis
+            sets) or none (every question in one split, named by split).
+        split: With splits none: the one split every question goes to.
+        size_per_relation: Facts per relation the thesis splits are made of (Table 3.1);
+            empty: all of them.
+        analysis_per_relation: Questions per relation in each entity-vs-relation analysis set.
+        page_size: SPARQL rows per request.
+        sparql_retries: SPARQL retries per request (HTTP 429/5xx, timeouts).
+        sparql_backoff: Seconds before the first SPARQL retry, doubling each time (at least the
+            server's Retry-After).
+        sparql_timeout: SPARQL request timeout in seconds.
+        user_agent: User-Agent of SPARQL requests; Wikidata asks for one naming the tool and a
+            contact.
+        task_retries: Prefect retries of a relation's fetch task after its SPARQL retries ran out.
+        task_retry_delay: Seconds between those task retries.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     log = stage_logger()
     if sum(x is not None for x in (sparql, trex, triples)) != 1:
         raise ValueError("give exactly one fact source: --sparql URL, --trex DIR or --triples FILE")

@@ -114,21 +114,27 @@ def reindex_flow(
     """Ingest a new dump or passages file, build BM25 + FAISS beside the served indexes, publish.
 
     Args:
-        workspace: Workspace directory (default: $ODQA_WORKSPACE, else ./workspace).
-        dump: A new MediaWiki XML dump to ingest (only changed pages are cleaned again).
-        passages: A passages file to import (its rows replace an earlier import of the same file).
-        passages_format: Format of `passages`: dpr-tsv or beir.
-        model: The production model to encode with (default: the current release's, else the newest).
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        dump: A new MediaWiki XML dump to ingest first (only changed pages are cleaned again);
+            empty: none.
+        passages: A passages file to import first (its rows replace an earlier import of the same file);
+            empty: none.
+        passages_format: Format of passages: dpr-tsv or beir.
+        model: Model that encodes the passages; empty: the model of the release being served,
+            else the newest trained one.
         index_type: FAISS index type: flat, hnsw or ivfpq.
-        bm25: Build the BM25 index.
-        dense: Encode and build the FAISS index.
-        wait_seconds: How long to wait for a running re-index before refusing.
-        keep: Releases kept (older ones and the index builds only they use are deleted).
-        threads: BM25 indexing threads (default: all cores).
-        batch_size: Encoding batch size.
-        shard_size: Passages per embeddings shard.
-        runner: Encode one task per shard on this task runner (threads, processes, Dask).
-        memory_gb: Memory budget of the FAISS build (see `odqa index plan`).
+        bm25: Build the BM25 (Lucene) index.
+        dense: Encode the passages and build the FAISS index.
+        wait_seconds: How long to wait for a re-index that holds the workspace's lock before
+            giving up.
+        keep: Newest releases kept (the current one always), so searches that started on an older
+            one finish; older ones and the index builds only they use are deleted.
+        threads: BM25 indexing threads; empty: one per CPU core.
+        batch_size: Passages per encoding batch.
+        shard_size: Passages per encoding shard (the unit of work on a runner and of resumption).
+        runner: Encode shards as tasks on this task runner (threads, processes or a Dask cluster);
+            empty: in process, or on $ODQA_DASK_ADDRESS's cluster when set.
+        memory_gb: Memory budget of the FAISS build in GB; empty: no limit.
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)

@@ -1,9 +1,12 @@
-"""`./run server`: a local Prefect server with every odqa deployment, ready to run from the UI.
+"""`./run server`: the workspace's Prefect server with every odqa deployment and a worker, ready to
+run from the UI.
 
-Starts `prefect server start` bound to 127.0.0.1, creates the process work pool, the `gpu` tag
-concurrency limit (one GPU task per device), deploys everything in prefect.yaml
-(`prefect deploy --all`) and starts a worker for the pool; prints the UI URL and keeps running
-until Ctrl-C, which stops the worker and the server.
+Starts the workspace's long-lived server when it does not run (`flows.backend.local_server`: in
+the background, on the local PostgreSQL), creates the process work pool and the `gpu` tag
+concurrency limit (`flows.concurrency_slots`), deploys everything in prefect.yaml (`prefect
+deploy --all`) and runs a worker for the pool in the foreground: its flow runs use this
+workspace. Ctrl-C stops the worker; the server keeps serving CLI calls and the UI until
+`./run server stop`. `./run server status|stop|reset` report on, stop or wipe it.
 """
 
 from __future__ import annotations
@@ -12,40 +15,39 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from flows.backend.local_server import (
+    ServerPaths,
+    ensure_server,
+    read_record,
+    reset_server,
+    running_server,
+    stop_server,
+    temporary_server,
+    workspace_database,
+)
+from flows.concurrency_slots import GPU_TAG, set_gpu_limit
+from flows.deployment_forms import deploy_typed_forms
+from flows.prefect_fixes import drop_null_filter_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POOL = "odqa-process"
-GPU_TAG = "gpu"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
-
-
-def gpu_slots() -> int:
-    """Concurrent `gpu`-tagged tasks allowed: one per device (one on a CPU-only machine)."""
-    try:
-        import torch
-
-        return max(1, torch.cuda.device_count())
-    except ImportError:
-        return 1
-
-
-def prefect_env(api_url: str, home: Path | None = None) -> dict[str, str]:
+def prefect_env(api_url: str, workspace: Path | None = None, home: Path | None = None) -> dict[str, str]:
+    """Environment of the Prefect CLI and the worker: the server's address and, for the flows the
+    worker runs, the workspace (deployments leave `workspace` empty, meaning $ODQA_WORKSPACE)."""
     env = dict(os.environ)
     env.update({"PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                 "ODQA_HOME": str(REPO_ROOT), "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1")})  # fmt: skip
+    if workspace is not None:
+        env["ODQA_WORKSPACE"] = str(workspace)
     if home is not None:
         env["PREFECT_HOME"] = str(home)
     return env
@@ -54,8 +56,7 @@ def prefect_env(api_url: str, home: Path | None = None) -> dict[str, str]:
 def prefect(args: list[str], env: dict[str, str], timeout: float = 600) -> str:
     """Run the Prefect CLI of this interpreter; a failure raises with the CLI's output.
 
-    Goes through `python -m flows.server prefect ...` so the CLI runs with `_fix_worker_filter`.
-    """
+    Goes through `python -m flows.server prefect ...` so the CLI runs with the 3.8.8 fixes below."""
     command = [sys.executable, "-m", "flows.server", "prefect", *args]
     done = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
@@ -64,105 +65,66 @@ def prefect(args: list[str], env: dict[str, str], timeout: float = 600) -> str:
     return done.stdout
 
 
-def wait_healthy(api_url: str, process: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"{api_url}/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if process.poll() is not None:
-            raise RuntimeError(f"prefect server exited with code {process.returncode} before it was healthy")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"prefect server at {api_url} not healthy after {timeout:.0f}s")
-        time.sleep(1)
-
-
 @dataclass
 class LocalPrefect:
-    """A running local server (and worker); `api_url` for clients, `ui_url` for people."""
+    """A server with pool, limit, deployments and (optionally) a worker: `api_url` for clients."""
 
-    host: str
-    port: int
+    api_url: str
     env: dict[str, str]
-    processes: list[subprocess.Popen] = field(default_factory=list)
+    worker: subprocess.Popen | None = None
 
-    @property
-    def api_url(self) -> str:
-        return f"http://{self.host}:{self.port}/api"
+    def stop_worker(self) -> None:
+        if self.worker is None or self.worker.poll() is not None:
+            return
+        self.worker.send_signal(signal.SIGINT)
+        try:
+            self.worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.worker.kill()
+            self.worker.wait()
 
-    @property
-    def ui_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
-    def stop(self) -> None:
-        """Stop the worker first (it reports to the server), then the server."""
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        for process in reversed(self.processes):
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple[int, str]:
+    """Work pool, `gpu` limit and (``deploy``) every deployment of prefect.yaml on the server;
+    returns the limit's slots and why."""
+    prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
+    slots = set_gpu_limit(api_url)
+    if deploy:
+        prefect(["--no-prompt", "deploy", "--all"], env)
+    return slots
+
+
+def start_worker(env: dict[str, str], pool: str, log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as sink:
+        return subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
+                                env=env, cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
 
 
 @contextlib.contextmanager
 def local_prefect(
-    host: str = "127.0.0.1", port: int | None = None, home: Path | None = None, pool: str = POOL,
-    deploy: bool = True, worker: bool = True, startup_timeout: float = 300, log_dir: Path | None = None,
+    home: Path, log_dir: Path, pool: str = POOL, deploy: bool = True, worker: bool = True,
+    startup_timeout: float = 300, workspace: Path | None = None,
 ) -> Iterator[LocalPrefect]:  # fmt: skip
-    """Server + pool + gpu limit + deployments + worker, stopped when the block ends."""
-    port = port or free_port(host)
-    env = prefect_env(f"http://{host}:{port}/api", home)
-    logs = log_dir or (home or REPO_ROOT / "workspace") / "prefect-logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    running = LocalPrefect(host, port, env)
-    server_log = open(logs / "server.log", "ab")  # noqa: SIM115 (lives as long as the server)
-    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
-                              env=env, cwd=REPO_ROOT, stdout=server_log, stderr=subprocess.STDOUT)  # fmt: skip
-    running.processes.append(server)
-    try:
-        wait_healthy(running.api_url, server, startup_timeout)
-        prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
-        prefect(["concurrency-limit", "create", GPU_TAG, str(gpu_slots())], env)
-        if deploy:
-            prefect(["--no-prompt", "deploy", "--all"], env)
+    """A throw-away server (a database of its own, dropped at the end) with pool, `gpu` limit,
+    deployments and worker, all stopped when the block ends: for tests."""
+    with temporary_server(home, log_dir / "server.log", label="deploy", timeout=startup_timeout) as server:
+        env = prefect_env(server.api_url, workspace, home)
+        prepare(server.api_url, env, pool, deploy)
+        running = LocalPrefect(server.api_url, env)
         if worker:
-            worker_log = open(logs / "worker.log", "ab")  # noqa: SIM115
-            running.processes.append(subprocess.Popen(
-                [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-                env=env, cwd=REPO_ROOT, stdout=worker_log, stderr=subprocess.STDOUT))  # fmt: skip
-        yield running
-    finally:
-        running.stop()
-        server_log.close()
-
-
-def _fix_worker_filter() -> None:
-    """Work around Prefect 3.8.8's `prefect deploy`: after creating a deployment it asks for the
-    pool's online workers with `limit=None, offset=None`, which the 3.8.8 server rejects (HTTP 422),
-    so `deploy --all` stops after the first deployment. Send the server's defaults instead."""
-    from prefect.client.orchestration import PrefectClient
-
-    original = PrefectClient.read_workers_for_work_pool
-    if getattr(original, "odqa_fixed", False):
-        return
-
-    async def read_workers_for_work_pool(self, work_pool_name, worker_filter=None, offset=None, limit=None):
-        return await original(self, work_pool_name, worker_filter=worker_filter, offset=offset or 0,
-                              limit=limit if limit is not None else 200)  # fmt: skip
-
-    read_workers_for_work_pool.odqa_fixed = True  # type: ignore[attr-defined]
-    PrefectClient.read_workers_for_work_pool = read_workers_for_work_pool  # type: ignore[method-assign]
+            running.worker = start_worker(env, pool, log_dir / "worker.log")
+        try:
+            yield running
+        finally:
+            running.stop_worker()
 
 
 def run_prefect_cli(args: list[str]) -> int:
-    """`python -m flows.server prefect ARGS`: the Prefect CLI with `_fix_worker_filter` applied."""
-    _fix_worker_filter()
+    """`python -m flows.server prefect ARGS`: the Prefect CLI with `drop_null_filter_fields` applied and
+    typed Custom run forms for what it deploys (`flows.deployment_forms`)."""
+    drop_null_filter_fields()
+    deploy_typed_forms()
     from prefect.cli import app
 
     sys.argv = ["prefect", *args]
@@ -173,30 +135,89 @@ def run_prefect_cli(args: list[str]) -> int:
     return 0
 
 
+def workspace_of(chosen: str | None) -> Path:
+    """The workspace as the CLI resolves it (`--workspace`, else $ODQA_WORKSPACE, else ./workspace)."""
+    return Path(chosen or os.environ.get("ODQA_WORKSPACE") or "workspace").expanduser().resolve()
+
+
+def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
+    """Server (started if needed), pool, limit, deployments and a worker in the foreground."""
+    print(f"odqa server: workspace {workspace}; starting its Prefect server if it is not running ...", flush=True)
+    status = ensure_server(workspace, port=port)
+    record = status.record
+    if status.note:
+        print(f"odqa server: {status.note}", flush=True)
+    if port and record.port != port:
+        print(f"odqa server: the server already runs on port {record.port} (not {port}); "
+              f"`./run server stop` first to move it", flush=True)  # fmt: skip
+    env = prefect_env(record.api_url, workspace)
+    slots, why = prepare(record.api_url, env, pool, deploy)
+    paths = ServerPaths(workspace)
+    worker_log = paths.log_dir / "worker.log"
+    worker = start_worker(env, pool, worker_log)
+    running = LocalPrefect(record.api_url, env, worker)
+    print(f"odqa server: UI at {record.ui_url}  (API {record.api_url}, server pid {record.pid})", flush=True)
+    print(f"odqa server: backend {workspace_database(workspace).describe()}", flush=True)
+    print(f"odqa server: work pool {pool!r} with a worker; {'deployments from prefect.yaml; ' if deploy else ''}"
+          f"their runs use this workspace; '{GPU_TAG}' tag limit {slots} ({why})", flush=True)  # fmt: skip
+    print(f"odqa server: logs: server {paths.server_log}, worker {worker_log}", flush=True)
+    print(f"odqa server: `odqa -w {workspace}` calls report here by themselves; other clients: "
+          f"export PREFECT_API_URL={record.api_url}", flush=True)  # fmt: skip
+    print("odqa server: Ctrl-C stops the worker; the server keeps running for CLI calls and the UI until "
+          "`./run server stop` (`./run postgres stop` also stops PostgreSQL)", flush=True)  # fmt: skip
+    try:
+        while worker.poll() is None:
+            time.sleep(1)
+        print(f"odqa server: the worker exited with code {worker.returncode}; see {worker_log}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        running.stop_worker()
+        print(f"\nodqa server: worker stopped; the server keeps running at {record.ui_url} "
+              f"(`./run server stop` stops it)", flush=True)  # fmt: skip
+        return 0
+
+
+def status_lines(workspace: Path) -> list[str]:
+    record = running_server(workspace)
+    if record is None:
+        stale = read_record(workspace)
+        gone = f" (pid {stale.pid} recorded, not running; the next call starts it again)" if stale else ""
+        return [f"no Prefect server runs for {workspace}{gone}"]
+    return [f"Prefect server for {workspace}: UI {record.ui_url}, API {record.api_url}, pid {record.pid}, "
+            f"since {record.started_at}", f"backend: {record.backend} {record.database}", f"log: {record.log}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["prefect"]:
+        record = None if os.environ.get("PREFECT_API_URL") else running_server(workspace_of(None))
+        if record is not None:  # `./run prefect ...` talks to the workspace's server
+            os.environ["PREFECT_API_URL"] = record.api_url
         return run_prefect_cli(argv[1:])
-    parser = argparse.ArgumentParser(prog="./run server", description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=4200, help="server port on 127.0.0.1 (default 4200)")
+    parser = argparse.ArgumentParser(prog="./run server", description=__doc__.splitlines()[0],
+                                     epilog="Ctrl-C stops the worker; `./run server stop` stops the server, "
+                                            "`./run postgres stop` PostgreSQL.")  # fmt: skip
+    parser.add_argument("action", nargs="?", default="start", choices=["start", "status", "stop", "reset"],
+                        help="start (default): server + deployments + worker; status; stop: stop the server; "
+                             "reset: stop it and delete its database (all runs and deployments)")  # fmt: skip
+    parser.add_argument("-w", "--workspace", default=None, help="workspace (default: $ODQA_WORKSPACE, else ./workspace)")
+    parser.add_argument("--port", type=int, default=None, help="server port on 127.0.0.1 (default: 4200 when free)")
     parser.add_argument("--pool", default=POOL, help=f"process work pool name (default {POOL})")
     parser.add_argument("--no-deploy", action="store_true", help="do not run `prefect deploy --all`")
     args = parser.parse_args(argv)
-    print(f"odqa server: starting Prefect on http://127.0.0.1:{args.port} ...", flush=True)
-    try:
-        with local_prefect(port=args.port, pool=args.pool, deploy=not args.no_deploy) as running:
-            print(f"odqa server: UI at {running.ui_url}  (API {running.api_url})", flush=True)
-            print(f"odqa server: work pool {args.pool!r} with a worker; deployments from prefect.yaml; "
-                  f"'{GPU_TAG}' tag limit {gpu_slots()}", flush=True)  # fmt: skip
-            print(f"odqa server: in another shell: export PREFECT_API_URL={running.api_url}", flush=True)
-            print("odqa server: Ctrl-C stops the worker and the server", flush=True)
-            while all(p.poll() is None for p in running.processes):
-                time.sleep(1)
-            print("odqa server: a process exited; stopping", file=sys.stderr)
-            return 1
-    except KeyboardInterrupt:
-        print("\nodqa server: stopped", flush=True)
+    workspace = workspace_of(args.workspace)
+    if args.action == "status":
+        print("\n".join(status_lines(workspace)))
         return 0
+    if args.action == "stop":
+        stopped = stop_server(workspace)
+        print(f"odqa server: stopped the Prefect server of {workspace} (pid {stopped.pid})" if stopped
+              else f"odqa server: no Prefect server was running for {workspace}")  # fmt: skip
+        return 0
+    if args.action == "reset":
+        print(f"odqa server: {reset_server(workspace)}")
+        return 0
+    return serve(workspace, args.port, args.pool, deploy=not args.no_deploy)
 
 
 if __name__ == "__main__":

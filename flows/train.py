@@ -136,12 +136,44 @@ def train_flow(
 ) -> TrainReport:
     """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
 
-    A checkpoint is written every `checkpoint_minutes` (and at the end). `resume`: None (default)
-    continues from a checkpoint of the same parameters and data (after a kill, or when Prefect
-    retries the run), else starts over and says why; True requires continuing; False starts over.
+    The Args below are also the descriptions of the `train/train` deployment's Custom run form.
 
-    `amp`: "auto" (bf16/fp16 autocast on GPU, full precision on CPU), "bf16" (also on CPU: about
-    2x faster per step on CPUs with bf16 matrix units), "fp16" (GPU only) or "none"."""
+    Args:
+        arch: Retriever architecture: dpr, ade, sde, ade-ste, ade-fte, ade-spl, taser, taser-shared,
+            desire-me or rnd-g.
+        base: Starting checkpoint: a Hugging Face name, a folder, or (desire-me, rnd-g) a model id
+            registered in this workspace.
+        train: Training question sets as NAME:SPLIT[:WEIGHT], e.g. trex:train; WEIGHT scales how often
+            a set is drawn per epoch.
+        model_id: Name of the trained model: its folder under models/ and its `models` row.
+        dev: Dev questions NAME:SPLIT for R@K model selection; empty: no dev evaluation.
+        max_steps: Optimizer steps; give this or epochs, not both.
+        epochs: Epochs over the training sets, instead of max_steps.
+        batch_size: Questions per device and step.
+        lr: Peak learning rate (AdamW, linear warmup and decay).
+        hard_negatives: Hard negative passages per question.
+        routing: TASER expert routing: det (deterministic), seq (per sequence) or tok (per token).
+        pooling: cls or mean; empty: the checkpoint's sentence-transformers setting, else cls.
+        seed: Random seed of sampling and initialisation.
+        resume: None (the default): continue from a checkpoint written for the same parameters
+            and data (after a kill, or when Prefect retries the run), else start over and say
+            why; true: must continue; false: start over.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker (`./run server` sets it to
+            its workspace), else ./workspace.
+        gpus: GPUs to train on; more than 1 runs torchrun (DDP).
+        accumulation_steps: Gradient accumulation micro-batches per optimizer step.
+        eval_every: Dev evaluation interval in steps; empty: at the end only.
+        objective: Training loss: contrastive, stopgrad or flipped (thesis 5.1 variants).
+        temperature: Softmax temperature; empty: 1 for dot product, 0.05 for cosine.
+        freeze: Freeze one tower of a two-tower model: question or passage (thesis fixQ / fixP);
+            empty: train both.
+        num_experts: TASER experts per specialized block; empty: 2.
+        warmup_steps: Learning-rate warmup steps; empty: 10% of the steps.
+        amp: Mixed precision: auto (bf16/fp16 autocast on GPU, full precision on CPU), bf16 (also on
+            CPU: about 2x faster per step on CPUs with bf16 matrix units), fp16 (GPU only) or none.
+        checkpoint_minutes: Wall time between resumable checkpoints (one is also written at the end);
+            empty: only at the end.
+    """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     if arch not in ARCHS:

@@ -202,9 +202,16 @@ def ingest_wikipedia_flow(
 ) -> IngestReport:
     """Ingest a MediaWiki XML export (.xml / .xml.bz2, multistream too) into the workspace.
 
-    `workers`: processes of the local cleaning pool (used when no task runner is given).
-    `chunk_pages`: pages per chunk, the unit of parallel work and of resumption.
-    `runner`: clean chunks as tasks on this task runner (threads, processes, a Dask cluster).
+    Args:
+        dump: Path of the MediaWiki XML export (.xml, .xml.bz2, multistream too); relative paths
+            are relative to the repository root, where the worker runs.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        words_per_passage: Words per DPR-style passage (the title is kept apart).
+        keep_lists: Keep list items as passage text.
+        workers: Processes of the local cleaning pool (used when no runner is given).
+        chunk_pages: Pages per chunk, the unit of parallel work and of resumption.
+        runner: Clean chunks as tasks on this task runner (threads, processes or a Dask cluster);
+            empty: the local process pool (or $ODQA_DASK_ADDRESS's cluster when set).
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)

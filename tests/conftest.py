@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from flows.backend.local_server import TemporaryServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO_ROOT / "sample"
@@ -15,6 +19,9 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
+# Flows in tests run against the session's server (`prefect_server`, on the project's backend),
+# never a temporary SQLite server Prefect would otherwise start for a flow run without one.
+os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
 
 
 def shared_data(*parts: str) -> Path:
@@ -34,16 +41,74 @@ def workspace(tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[str]:
-    """One temporary Prefect server for the whole session (starting one costs ~10 s).
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporaryServer]:
+    """One Prefect server for the whole session (starting one costs ~10 s), on the project's
+    backend: a database of its own in the local PostgreSQL (SQLite, saying so, where PostgreSQL
+    cannot be had), dropped with the server at the end. Its output goes to `server.log` beside
+    its PREFECT_HOME. `PREFECT_API_URL` names it for this process and its subprocesses."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    Yields the API URL so tests that start subprocesses can point them at the same server.
-    """
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+    from flows.backend.local_server import temporary_server
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
+    home = tmp_path_factory.mktemp("prefect-server")
+    cluster, started_cluster = _start_cluster()
+    try:
+        with temporary_server(home, home / "server.log", label="test", timeout=300) as server, \
+                temporary_settings({PREFECT_API_URL: server.api_url}):  # fmt: skip
+            previous = os.environ.get("PREFECT_API_URL")
+            os.environ["PREFECT_API_URL"] = server.api_url
+            try:
+                yield server
+            finally:
+                _drain_prefect_workers()
+                if previous is None:
+                    os.environ.pop("PREFECT_API_URL", None)
+                else:
+                    os.environ["PREFECT_API_URL"] = previous
+    finally:
+        # The cluster is shared (other checkouts' servers may use it): stopped only when this
+        # session started it and no database of it is in use anymore.
+        if cluster is not None and started_cluster and not cluster.databases_in_use():
+            cluster.stop()
+
+
+def _start_cluster():
+    """(the local PostgreSQL cluster, whether this call started it); (None, False) when the
+    session's server will not use it (a configured database, SQLite, no PostgreSQL)."""
+    from flows.backend.database import BACKEND_ENV, configured_url
+    from flows.backend.postgres import PostgresUnavailable, local_cluster
+
+    if configured_url() or os.environ.get(BACKEND_ENV, "").lower() == "sqlite":
+        return None, False
+    try:
+        cluster = local_cluster()
+        return cluster, cluster.ensure_running()
+    except (PostgresUnavailable, RuntimeError, OSError):
+        return None, False
+
+
+def _drain_prefect_workers() -> None:
+    """Send this process's queued run logs and events before the server goes (as Prefect's own
+    test harness does), so none is posted to a stopped server."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        for worker in (APILogWorker, EventsWorker):
+            result = worker.drain_all()
+            if inspect.isawaitable(result):
+                await result
+
+    run_coro_as_sync(drain())
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(prefect_server: TemporaryServer) -> str:
+    """The API URL of the session's Prefect server, for tests that start subprocesses."""
+    return prefect_server.api_url
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ VERB_MODULES = [
     "serve",
     "sql",
     "demo",
+    "prefect_server",
 ]
 
 for _name in VERB_MODULES:

@@ -6,7 +6,9 @@ pyserini and Prefect imports.
 
 The group callback sets up each call: where log records go (`flows.cli.terminal`: the terminal
 shows progress and summaries, Prefect's records go to `<workspace>/logs/odqa.log`, `-v` shows
-them too) and which Prefect server flows report to (`flows.cli.prefect_api`).
+them too). Each verb, once its arguments parsed, picks the Prefect server its flows report to
+(`flows.cli.prefect_api`; `VerbCommand`): the workspace's long-lived server, started in the
+background by the first verb that runs a flow. `./run server stop` (or `odqa server stop`) stops it.
 """
 
 from __future__ import annotations
@@ -18,15 +20,44 @@ from typing import TYPE_CHECKING
 
 import click
 
-from flows.cli.prefect_api import PrefectApi, choose_prefect_api
+from flows.backend.local_server import registered_client
+from flows.cli.prefect_api import (
+    HEARTBEAT_ENV,
+    PrefectApi,
+    choose_prefect_api,
+    server_lines,
+    without_heartbeats,
+)
 from flows.cli.terminal import TerminalSession, open_session, workspace_root
 
 if TYPE_CHECKING:
     from storage import Workspace
 
 
+# Verbs that answer without a Prefect server: they report to the workspace's server only when it
+# already runs (`odqa search` then runs as a flow) and never start one.
+SERVERLESS_VERBS = frozenset({"sql", "serve", "search", "index plan", "server status", "server stop",
+                              "server reset"})  # fmt: skip
+
+
+class VerbCommand(click.Command):
+    """A verb: after its arguments are parsed (so `--help` and usage errors stay instant and start
+    nothing), choose the Prefect server its flows report to, starting the workspace's one when
+    the verb runs flows."""
+
+    def invoke(self, ctx: click.Context):
+        root = ctx.find_root()
+        verb = " ".join(ctx.command_path.split()[1:])
+        if root.obj is not None and "prefect_api" not in root.obj:
+            use_prefect(root, start=verb not in SERVERLESS_VERBS)
+        return super().invoke(ctx)
+
+
 class OdqaGroup(click.Group):
     """Turns an exception into one clear line (the traceback only with --debug / ODQA_DEBUG=1)."""
+
+    command_class = VerbCommand
+    group_class = type  # sub-groups are OdqaGroups, so their verbs are VerbCommands too
 
     def invoke(self, ctx: click.Context):
         try:
@@ -60,7 +91,10 @@ class OdqaGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.pass_context
 def main(ctx: click.Context, workspace: str | None, verbose: bool, debug: bool) -> None:
-    """odqa: open-domain QA retrievers from public sources, as Prefect flows over a DuckDB workspace."""
+    """odqa: open-domain QA retrievers from public sources, as Prefect flows over a DuckDB workspace.
+
+    Verbs that run flows report to the workspace's Prefect server, started in the background on
+    first use (UI at the address it prints); `odqa server stop` or `./run server stop` stops it."""
     # A flow run without a configured server starts a temporary one; on a busy 2-core machine
     # that can take longer than Prefect's 20 s default, which would fail every verb.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -71,18 +105,37 @@ def main(ctx: click.Context, workspace: str | None, verbose: bool, debug: bool) 
     session = open_session(workspace_root(workspace), verbose)
     ctx.call_on_close(session.close)
     ctx.obj["terminal"] = session
-    api = choose_prefect_api()
+    if verbose:
+        ctx.call_on_close(lambda: click.echo(f"odqa: log: {session.log_path}", err=True))
+
+
+def use_prefect(root: click.Context, start: bool) -> PrefectApi:
+    """Choose this call's Prefect server (see `flows.cli.prefect_api`), export it for the flows,
+    say on the terminal what starting it took, and register the call as the server's client."""
+    session: TerminalSession = root.obj["terminal"]
+    workspace = workspace_root(root.obj.get("workspace"))
+    api = choose_prefect_api(workspace, start=start)
+    root.obj["prefect_api"] = api
     if api.needs_export and api.url:
         session.set_env("PREFECT_API_URL", api.url)
-    ctx.obj["prefect_api"] = api
-    if verbose:
+        if "prefect.settings" in sys.modules:  # an in-process caller imported Prefect already
+            from prefect.settings import PREFECT_API_URL, temporary_settings
+
+            root.with_resource(temporary_settings({PREFECT_API_URL: api.url}))
+        root.with_resource(registered_client(workspace))
+    if start and not os.environ.get(HEARTBEAT_ENV):
+        root.with_resource(without_heartbeats())
+    for line in server_lines(api):
+        click.echo(f"odqa: {line}", err=True)
+    if session.verbose:
         click.echo(f"odqa: {api.describe()}", err=True)
-        ctx.call_on_close(lambda: click.echo(f"odqa: log: {session.log_path}", err=True))
+    return api
 
 
 def prefect_api_of(ctx: click.Context) -> PrefectApi:
     """The Prefect server this call's flows report to (see `flows.cli.prefect_api`)."""
-    return ctx.find_root().obj["prefect_api"]
+    root = ctx.find_root()
+    return root.obj.get("prefect_api") or use_prefect(root, start=False)
 
 
 def workspace_of(ctx: click.Context) -> Workspace:

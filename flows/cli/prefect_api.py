@@ -1,41 +1,41 @@
 """Which Prefect server a CLI call reports to, decided without importing Prefect.
 
-Without a configured server every flow run starts a temporary one (seconds on an idle machine,
-tens of seconds on a busy one). So the CLI looks, in this order, for:
+In this order:
 
 1. ``PREFECT_API_URL`` in the environment;
 2. ``PREFECT_API_URL`` in the active Prefect profile (``$PREFECT_HOME/profiles.toml``);
-3. the server ``./run server`` starts (http://127.0.0.1:4200/api) answering its health check
-   within ~0.2 s; when it does, ``PREFECT_API_URL`` is set for this call so the flows report to it.
-
-Otherwise flow-running verbs fall back to Prefect's temporary server, and verbs that can answer
-without one (``odqa search``) call their function directly instead of running a flow.
+3. the workspace's long-lived local server (`flows.backend.local_server`): a verb that runs
+   flows starts it in the background when it is not running (and again when it died), so no call
+   pays for Prefect's temporary server and every run stays visible in the UI; verbs that can
+   answer without a server (``odqa search``, ``sql``, ``serve``, ``index plan``) use it only when
+   it already runs. ``PREFECT_API_URL`` is then set for the call so the flows report to it.
 """
 
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCAL_SERVER = "http://127.0.0.1:4200/api"
-HEALTH_TIMEOUT_S = 0.2
+from flows.backend.local_server import ServerStatus, ensure_server, running_server
+
+HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 
 
 @dataclass(frozen=True)
 class PrefectApi:
-    """The server flow runs report to (``url`` None: none configured) and how it was found;
-    ``needs_export``: found by probing, so ``PREFECT_API_URL`` must be set for the flows."""
+    """The server flow runs report to (``url`` None: none) and how it was found;
+    ``needs_export``: the workspace's own server, so ``PREFECT_API_URL`` must be set for the flows;
+    ``status``: what starting it took, when this call started it."""
 
     url: str | None
     source: str
     needs_export: bool = False
+    status: ServerStatus | None = None
 
     def describe(self) -> str:
         if self.url is None:
-            return "no Prefect server configured: flow runs start a temporary local server"
+            return "no Prefect server: answered without a flow run"
         return f"reporting flow runs to the Prefect server at {self.url} ({self.source})"
 
 
@@ -60,23 +60,57 @@ def profile_api_url() -> str | None:
     return str(value) if value else None
 
 
-def server_answers(url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
-    """Whether a Prefect server at ``url`` (an API URL) answers ``/health`` within ``timeout``."""
-    try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def choose_prefect_api() -> PrefectApi:
-    """Find the server (see the module docstring). The caller exports a found local server as
-    ``PREFECT_API_URL`` so the flows of this call report to it."""
+def configured_api() -> PrefectApi | None:
+    """A server the user configured (steps 1 and 2 of the module docstring), if any."""
     if os.environ.get("PREFECT_API_URL"):
         return PrefectApi(os.environ["PREFECT_API_URL"], "PREFECT_API_URL")
     configured = profile_api_url()
     if configured:
         return PrefectApi(configured, "the active Prefect profile")
-    if server_answers(LOCAL_SERVER):
-        return PrefectApi(LOCAL_SERVER, "found ./run server", needs_export=True)
+    return None
+
+
+def choose_prefect_api(workspace: Path, start: bool) -> PrefectApi:
+    """Find the server (see the module docstring); ``start``: the verb runs flows, so the
+    workspace's server is started when it does not run."""
+    configured = configured_api()
+    if configured is not None:
+        return configured
+    if start:
+        status = ensure_server(workspace)
+        return PrefectApi(status.record.api_url, "this workspace's server", needs_export=True, status=status)
+    record = running_server(workspace)
+    if record is not None:
+        return PrefectApi(record.api_url, "this workspace's server", needs_export=True)
     return PrefectApi(None, "none")
+
+
+def without_heartbeats():
+    """Prefect settings for this call with flow-run heartbeats off. Prefect 3.8 ends every sync
+    flow run (subflows too) by joining its heartbeat thread, which sleeps in 1 s steps: up to 1 s
+    per flow run, most of a short verb's overhead and a second per pipeline stage. The heartbeats
+    only feed zombie-run automations, which odqa does not set up (the long-lived server marks
+    runs of dead processes Crashed when it restarts). Setting $PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+    keeps them."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+
+
+def server_lines(api: PrefectApi) -> list[str]:
+    """What the terminal is told when this call had to start the workspace's server."""
+    status = api.status
+    if status is None or not status.started:
+        return []
+    lines = [status.note] if status.note else []
+    record = status.record
+    if status.restarted_after is not None:
+        lines.append(f"this workspace's Prefect server (pid {status.restarted_after}) had stopped; "
+                     f"started it again at {record.ui_url}")  # fmt: skip
+    else:
+        lines.append(f"started this workspace's Prefect server in the background: UI {record.ui_url}, "
+                     f"log {record.log}; `./run server stop` stops it")  # fmt: skip
+    if status.crashed_runs:
+        lines.append(f"marked {len(status.crashed_runs)} flow run(s) whose process is gone as Crashed: "
+                     f"{', '.join(status.crashed_runs[:5])}{' ...' if len(status.crashed_runs) > 5 else ''}")
+    return lines

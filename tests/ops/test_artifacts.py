@@ -1,4 +1,5 @@
-"""Evaluation results become Prefect artifacts (a table, and markdown links to the plots)."""
+"""Evaluation results become Prefect artifacts (a table, and markdown that shows the plots as
+embedded images: a browser refuses file:// links from the UI's page)."""
 
 from __future__ import annotations
 
@@ -33,11 +34,20 @@ async def _latest(key: str) -> dict:
         return found[0] if found else {}
 
 
-def test_evaluation_metrics_and_plot_links_are_published(prefect_harness, tmp_path: Path) -> None:
+def test_evaluation_metrics_and_embedded_plots_are_published(prefect_harness, tmp_path: Path) -> None:
     import asyncio
+    import base64
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     plot = tmp_path / "recall-bm25.png"
-    plot.write_bytes(b"png")
+    figure, axes = plt.subplots(figsize=(3, 2))
+    axes.plot([1, 5, 20], [0.5, 0.8, 0.9])
+    figure.savefig(plot)
+    plt.close(figure)
 
     @flow
     def evaluate_like() -> bool:
@@ -47,5 +57,7 @@ def test_evaluation_metrics_and_plot_links_are_published(prefect_harness, tmp_pa
     assert evaluate_like()
     table = asyncio.run(_latest("evaluation-bm25-demo"))
     assert table["type"] == "table" and "0.9123" in str(table["data"]) and "R@20" in str(table["data"])
-    links = asyncio.run(_latest("evaluation-bm25-demo-plots"))
-    assert links["type"] == "markdown" and plot.resolve().as_uri() in links["data"]
+    shown = asyncio.run(_latest("evaluation-bm25-demo-plots"))
+    embedded = f"![recall-bm25.png](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})"
+    assert shown["type"] == "markdown" and embedded in shown["data"] and str(plot.resolve()) in shown["data"]
+    assert "file://" not in shown["data"]

@@ -125,10 +125,8 @@ def test_failure_names_the_log_file(prefect_harness, tmp_path: Path) -> None:
 
 
 def test_search_needs_no_prefect_server_and_builds_the_missing_index(cli, tmp_path: Path) -> None:
-    from flows.cli.prefect_api import LOCAL_SERVER, server_answers
+    from flows.backend.local_server import read_record
 
-    if server_answers(LOCAL_SERVER):
-        pytest.skip(f"a Prefect server answers at {LOCAL_SERVER}; the CLI would rightly report to it")
     ws = tmp_path / "ws"
     cli("-w", str(ws), "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", PASSAGES)))
     env = cli_env(tmp_path)
@@ -140,8 +138,9 @@ def test_search_needs_no_prefect_server_and_builds_the_missing_index(cli, tmp_pa
     assert f"no flat index for model {minilm()}; building it" in first.stderr
     assert "1. [" in first.stdout and "Ilsa Brandt (3)" in first.stdout
     assert not [noise for noise in PREFECT_NOISE if noise in first.stdout + first.stderr]
-    # No temporary Prefect server was started: it would have created its database here.
-    assert not (prefect_home / "prefect.db").exists()
+    # No Prefect server was started: neither a temporary one (it would have created its database
+    # here) nor the workspace's own.
+    assert not (prefect_home / "prefect.db").exists() and read_record(ws) is None
 
     again = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
     assert again.returncode == 0, again.stderr
@@ -169,29 +168,37 @@ def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
     assert "retrieve: done" in rebuilt
 
 
-def test_prefect_server_is_found_from_env_profile_or_health_check(prefect_harness, tmp_path: Path,
+def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_server, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from flows.backend.local_server import ServerPaths, ServerRecord, write_record
     from flows.cli import prefect_api
 
+    ws = tmp_path / "ws"
     for name in ("PREFECT_API_URL", "PREFECT_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     profiles = tmp_path / "profiles.toml"
     monkeypatch.setenv("PREFECT_PROFILES_PATH", str(profiles))
     profiles.write_text('active = "lab"\n[profiles.lab]\nPREFECT_API_URL = "http://lab:4200/api"\n', encoding="utf-8")
-    assert prefect_api.choose_prefect_api() == prefect_api.PrefectApi("http://lab:4200/api", "the active Prefect profile")
-    monkeypatch.setenv("PREFECT_API_URL", prefect_harness)
-    assert prefect_api.choose_prefect_api().source == "PREFECT_API_URL"
+    assert prefect_api.choose_prefect_api(ws, start=True) == prefect_api.PrefectApi("http://lab:4200/api",
+                                                                                    "the active Prefect profile")
+    monkeypatch.setenv("PREFECT_API_URL", prefect_server.api_url)
+    assert prefect_api.choose_prefect_api(ws, start=True).source == "PREFECT_API_URL"
 
     monkeypatch.delenv("PREFECT_API_URL")
     profiles.write_text('active = "local"\n[profiles.local]\n', encoding="utf-8")
-    assert prefect_api.server_answers(prefect_harness)  # a real server answers its health check
-    monkeypatch.setattr(prefect_api, "LOCAL_SERVER", prefect_harness)
-    found = prefect_api.choose_prefect_api()
-    assert (found.url, found.needs_export) == (prefect_harness, True)
-    closed = prefect_harness.replace(prefect_harness.split(":")[-1].split("/")[0], "9")  # nothing listens on port 9
-    monkeypatch.setattr(prefect_api, "LOCAL_SERVER", closed)
-    assert not prefect_api.server_answers(closed)
-    assert prefect_api.choose_prefect_api().url is None
+    # No server runs for the workspace: a verb that needs none does not start one.
+    assert prefect_api.choose_prefect_api(ws, start=False).url is None
+    # The workspace's record names a running server (here the session's): it is found.
+    port = int(prefect_server.api_url.rsplit(":", 1)[1].split("/")[0])
+    write_record(ServerPaths(ws), ServerRecord(pid=prefect_server.process.pid, port=port, backend="postgresql",
+                                                database=prefect_server.database.name, started_at="", log=""))  # fmt: skip
+    found = prefect_api.choose_prefect_api(ws, start=False)
+    assert (found.url, found.needs_export) == (prefect_server.api_url, True)
+    assert prefect_api.choose_prefect_api(ws, start=True).status.started is False
+    # A record whose process is gone (here: a pid that is no Prefect server) is not used.
+    write_record(ServerPaths(ws), ServerRecord(pid=os.getpid(), port=port, backend="postgresql",
+                                                database=prefect_server.database.name, started_at="", log=""))  # fmt: skip
+    assert prefect_api.choose_prefect_api(ws, start=False).url is None
 
 
 @pytest.mark.e2e

@@ -7,48 +7,19 @@ message when no browser is installed (`./run setup` installs one as root where a
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from service.app import create_app
-from tests.serve.harness import REPO, ServiceThread
-
-CHROMEDRIVER = "/usr/bin/chromedriver"
-ARTIFACTS = REPO / "tests" / ".artifacts"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1100,1000"]  # fmt: skip
-
-
-def _browser_binary() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+from tests.browser import ARTIFACTS, headless_chromium
+from tests.serve.harness import ServiceThread
 
 
 @pytest.fixture
 def browser():
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium is not installed (pip install 'selenium>=4.20,<5', part of the dev extra)")
-    binary = _browser_binary()
-    if binary is None or not Path(CHROMEDRIVER).is_file():
-        pytest.skip("no headless browser: install Debian's chromium and chromium-driver "
-                    "(apt-get install -y chromium chromium-driver; ./run setup does it as root)")  # fmt: skip
-    profile = tempfile.mkdtemp(prefix="odqa-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_the_search_page_shows_highlighted_results_and_the_index_version(browser, served_workspace: Path) -> None:

@@ -1,0 +1,5 @@
+"""Where Prefect keeps its state for odqa: a local PostgreSQL cluster (`postgres`), the database
+a Prefect server uses (`database`), and one long-lived Prefect server per workspace
+(`local_server`). Nothing here imports Prefect at module level, so the CLI can decide which
+server to use in milliseconds.
+"""

@@ -1,0 +1,488 @@
+"""One long-lived Prefect server per workspace, shared by the CLI, `./run server` and the UI.
+
+Without it every CLI flow verb started Prefect's temporary server for the call (6-30 s) and its
+runs vanished with it. Now the first verb that runs a flow starts the workspace's server in the
+background (its own session, so it outlives the call and ignores the terminal's Ctrl-C); later
+calls find it and pay nothing. `./run server stop` (or `odqa server stop`) stops it.
+
+Each workspace has its own server and its own database (`flows.backend.database`: a PostgreSQL
+database named after the workspace's path), so the UI of a workspace shows its runs and its
+deployments only, and the `gpu` slots of one workspace are not held by another's runs.
+
+State, in the workspace::
+
+    prefect/server.json    pid, port, database of the running server (written atomically)
+    prefect/server.lock    serialises starting and stopping between processes
+    prefect/home/          the server's PREFECT_HOME
+    prefect/clients/       one file per running odqa call that reports to the server
+    prefect-logs/server.log  the server's output (appended)
+
+A server that died or was killed is noticed by the next call (its pid is gone) and started again
+on the same database and port. Runs it was orchestrating that no live process owns anymore are
+set to Crashed (see `crash_orphaned_runs`); the workspace's tables are untouched, since every
+write to them is atomic and independent of Prefect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
+
+HOST = "127.0.0.1"
+PREFERRED_PORT = 4200
+PORT_ENV = "ODQA_PREFECT_PORT"  # the port a workspace's server prefers; 0: any free port
+STATE_DIR = "prefect"
+LOG_DIR = "prefect-logs"
+STARTUP_TIMEOUT_ENV = "ODQA_PREFECT_STARTUP_TIMEOUT"
+STARTUP_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 30.0
+# Environment of the caller the server must not inherit: the CLI's logging set-up (the server
+# writes its own log) and another server's address or database.
+FOREIGN_ENV = ("PREFECT_LOGGING_", "PREFECT_API_URL", "PREFECT_SERVER_DATABASE_", "PREFECT_API_DATABASE_",
+               "PREFECT_SERVER_API_", "PREFECT_UI_", "PREFECT_SERVER_UI_", "PREFECT_HOME", "PREFECT_PROFILE")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServerPaths:
+    """Where a workspace keeps its server's state and log (see the module docstring)."""
+
+    workspace: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.workspace / STATE_DIR
+
+    @property
+    def record(self) -> Path:
+        return self.state_dir / "server.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.state_dir / "server.lock"
+
+    @property
+    def home(self) -> Path:
+        return self.state_dir / "home"
+
+    @property
+    def clients(self) -> Path:
+        return self.state_dir / "clients"
+
+    @property
+    def sqlite(self) -> Path:
+        return self.state_dir / "prefect.db"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workspace / LOG_DIR
+
+    @property
+    def server_log(self) -> Path:
+        return self.log_dir / "server.log"
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """What `prefect/server.json` holds about the workspace's running server."""
+
+    pid: int
+    port: int
+    backend: str
+    database: str
+    started_at: str
+    log: str
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{HOST}:{self.port}/api"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+@dataclass
+class ServerStatus:
+    """The outcome of `ensure_server`: the server, and what this call had to do for it."""
+
+    record: ServerRecord
+    started: bool = False
+    restarted_after: int | None = None  # pid of the server found dead
+    crashed_runs: list[str] = field(default_factory=list)
+    note: str | None = None  # the backend's fallback line, when it is SQLite
+
+
+# -- processes ---------------------------------------------------------------------------------
+def process_alive(pid: int) -> bool:
+    """A running process (zombies count as gone: a killed detached server may linger as one)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
+
+
+def is_prefect_server(pid: int) -> bool:
+    """``pid`` is alive and is a ``prefect server start`` (not a process that reused the pid)."""
+    if not process_alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    return b"prefect" in b" ".join(argv) and b"server" in argv and b"start" in argv
+
+
+def answers(api_url: str, timeout: float = 2.0) -> bool:
+    """Whether the server at ``api_url`` answers its health check within ``timeout``."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_healthy(api_url: str, alive: Callable[[], bool], timeout: float, log: Path | None = None) -> None:
+    """Until the server answers; raises when its process exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not answers(api_url):
+        if not alive():
+            raise RuntimeError(f"the Prefect server for {api_url} exited while starting{_log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Prefect server at {api_url} did not answer within {timeout:.0f} s{_log_tail(log)}")
+        time.sleep(0.5)
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as uvicorn binds: the closed
+    connections of a killed server's port linger in TIME_WAIT without making it busy)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def server_env(database: PrefectDatabase, port: int, home: Path) -> dict[str, str]:
+    """The environment of a server process: the caller's, minus FOREIGN_ENV, plus its database
+    and its address (which the UI's pages call: by default they would call port 4200)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
+    env.update(database.server_env())
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_API_HOST=HOST,
+               PREFECT_SERVER_API_PORT=str(port), PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
+               PREFECT_SERVER_LOGGING_LEVEL=env.get("ODQA_PREFECT_SERVER_LOG_LEVEL", "WARNING"))  # fmt: skip
+    return env
+
+
+def launch(database: PrefectDatabase, port: int, home: Path, log: Path, detached: bool) -> subprocess.Popen:
+    """Start ``prefect server start`` on HOST:``port`` with ``database``, output appended to ``log``.
+    ``detached``: in a session of its own, so it outlives its caller and the terminal's Ctrl-C."""
+    home.mkdir(parents=True, exist_ok=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as sink:
+        sink.write(f"\n=== {_now()} prefect server start on {HOST}:{port}, {database.describe()}\n".encode())
+        sink.flush()
+        return subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)],
+            env=server_env(database, port, home), cwd=home, stdin=subprocess.DEVNULL, stdout=sink,
+            stderr=subprocess.STDOUT, start_new_session=detached,
+        )  # fmt: skip
+
+
+def terminate(pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM (the server shuts its services down), SIGKILL after ``timeout``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while process_alive(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.2)
+    if process_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    """Collect ``pid``'s exit status when it is our child (else it stays a zombie)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+# -- the workspace's server --------------------------------------------------------------------
+def read_record(workspace: Path) -> ServerRecord | None:
+    try:
+        data = json.loads(ServerPaths(workspace).record.read_text(encoding="utf-8"))
+        return ServerRecord(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_record(paths: ServerPaths, record: ServerRecord) -> None:
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    temporary = paths.record.with_name(f".{paths.record.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(asdict(record), indent=2), encoding="utf-8")
+    temporary.replace(paths.record)
+
+
+@contextlib.contextmanager
+def _locked(paths: ServerPaths) -> Iterator[None]:
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    with paths.lock.open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def running_server(workspace: Path) -> ServerRecord | None:
+    """The workspace's server when its process is alive and answers; starts nothing."""
+    record = read_record(workspace)
+    if record is None or not is_prefect_server(record.pid) or not answers(record.api_url, timeout=1.0):
+        return None
+    return record
+
+
+def workspace_database(workspace: Path) -> PrefectDatabase:
+    """The workspace's Prefect database (created, and the cluster started, when needed)."""
+    return prefect_database(database_name(workspace), ServerPaths(workspace).sqlite)
+
+
+def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
+    """The workspace's server, started in the background when none runs (again, when it died).
+
+    ``port``: wanted port (``./run server --port``); else the one it had, else
+    ``$ODQA_PREFECT_PORT`` (default 4200) when free, else any free port."""
+    paths = ServerPaths(workspace)
+    timeout = float(os.environ.get(STARTUP_TIMEOUT_ENV) or STARTUP_TIMEOUT_S)
+    with _locked(paths):
+        record = read_record(workspace)
+        if record is not None and is_prefect_server(record.pid):
+            wait_healthy(record.api_url, lambda: is_prefect_server(record.pid), timeout, Path(record.log))
+            return ServerStatus(record)
+        database = workspace_database(workspace)
+        chosen = _choose_port(port, record)
+        process = launch(database, chosen, paths.home, paths.server_log, detached=True)
+        fresh = ServerRecord(pid=process.pid, port=chosen, backend=database.kind, database=database.name,
+                             started_at=_now(), log=str(paths.server_log))  # fmt: skip
+        try:
+            wait_healthy(fresh.api_url, lambda: process.poll() is None, timeout, paths.server_log)
+        except BaseException:
+            terminate(process.pid)
+            raise
+        write_record(paths, fresh)
+        status = ServerStatus(fresh, started=True, note=database.note,
+                              restarted_after=record.pid if record is not None else None)  # fmt: skip
+    status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
+    from flows.concurrency_slots import set_gpu_limit
+
+    set_gpu_limit(fresh.api_url)  # the `gpu` slots this machine takes, for CLI runs too
+    return status
+
+
+def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:
+    if wanted:
+        if not port_free(wanted):
+            raise RuntimeError(f"port {wanted} on {HOST} is in use; choose another with --port")
+        return wanted
+    preferred = int(os.environ.get(PORT_ENV) or PREFERRED_PORT)
+    for candidate in (previous.port if previous else None, preferred):
+        if candidate and port_free(candidate):
+            return candidate
+    return free_port()
+
+
+def stop_server(workspace: Path) -> ServerRecord | None:
+    """Stop the workspace's server; the record of the one stopped (None when none ran)."""
+    paths = ServerPaths(workspace)
+    with _locked(paths):
+        record = read_record(workspace)
+        if record is None:
+            return None
+        alive = is_prefect_server(record.pid)
+        if alive:
+            terminate(record.pid)
+        paths.record.unlink(missing_ok=True)
+        return record if alive else None
+
+
+def reset_server(workspace: Path) -> str:
+    """Stop the server and delete its database (every run, deployment and log in Prefect); the
+    workspace's tables stay. Returns what was done, in words."""
+    recorded = read_record(workspace)
+    stopped = stop_server(workspace)
+    if recorded is not None and recorded.backend == "sqlite":
+        database = sqlite_database(ServerPaths(workspace).sqlite, note=None)
+    else:
+        database = workspace_database(workspace)
+    dropped = database.drop()
+    return (f"{'stopped the server (pid ' + str(stopped.pid) + '), ' if stopped else ''}"
+            f"{'deleted' if dropped else 'nothing to delete in'} {database.describe()}")  # fmt: skip
+
+
+# -- calls that report to the server -----------------------------------------------------------
+@contextlib.contextmanager
+def registered_client(workspace: Path) -> Iterator[None]:
+    """Mark this process as a live caller of the workspace's server for the block (see
+    `crash_orphaned_runs`)."""
+    clients = ServerPaths(workspace).clients
+    clients.mkdir(parents=True, exist_ok=True)
+    entry = clients / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+    entry.write_text(json.dumps({"pid": os.getpid(), "started": _now()}), encoding="utf-8")
+    try:
+        yield
+    finally:
+        entry.unlink(missing_ok=True)
+
+
+def live_clients_since(workspace: Path) -> datetime | None:
+    """When the oldest live registered caller started (None: no live caller). Entries of dead
+    processes are removed."""
+    oldest: datetime | None = None
+    for entry in ServerPaths(workspace).clients.glob("*.json"):
+        try:
+            data = json.loads(entry.read_text(encoding="utf-8"))
+            pid, started = int(data["pid"]), datetime.fromisoformat(data["started"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not process_alive(pid):
+            entry.unlink(missing_ok=True)
+            continue
+        oldest = started if oldest is None else min(oldest, started)
+    return oldest
+
+
+def crash_orphaned_runs(api_url: str, workspace: Path) -> list[str]:
+    """Set to Crashed the flow runs the server believes active (Pending, Running, Cancelling) whose
+    process is gone; names of the runs changed.
+
+    A run is orphaned when its ``infrastructure_pid`` (set by the worker for deployment runs)
+    names a dead process, or, for a run without one (CLI and plain calls), when it was created
+    before every odqa call still running on this workspace started, so no live call can own it."""
+    import asyncio
+
+    return asyncio.run(_crash_orphaned_runs(api_url, live_clients_since(workspace)))
+
+
+async def _crash_orphaned_runs(api_url: str, live_since: datetime | None) -> list[str]:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort, TaskRunSort
+    from prefect.states import Crashed
+
+    active = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
+    message = "the Prefect server stopped while this run was active and its process is gone (odqa)"
+    crashed: list[str] = []
+    async with PrefectClient(api_url) as client:
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=active))),
+            sort=FlowRunSort.ID_DESC, limit=200,  # 3.8.8 rejects the client's None defaults (HTTP 422)
+        )
+        for run in runs:
+            if not _orphaned(run, live_since):
+                continue
+            await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+            tasks = await client.read_task_runs(
+                task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[run.id]),
+                                              state=TaskRunFilterState(type=TaskRunFilterStateType(any_=active))),
+                sort=TaskRunSort.ID_DESC, limit=200,
+            )  # fmt: skip
+            for task_run in tasks:
+                await client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+            crashed.append(run.name)
+    return crashed
+
+
+def _orphaned(run, live_since: datetime | None) -> bool:
+    if run.infrastructure_pid:
+        host, _, pid = run.infrastructure_pid.rpartition(":")
+        if host and host != socket.gethostname():
+            return False  # another machine's process: not ours to judge
+        return pid.isdigit() and not process_alive(int(pid))
+    if run.deployment_id is not None:
+        return False  # a worker is still submitting it
+    return live_since is None or (run.created is not None and run.created < live_since)
+
+
+# -- temporary servers (tests, `flows.server.local_prefect`) -----------------------------------
+@dataclass(frozen=True)
+class TemporaryServer:
+    api_url: str
+    log: Path
+    database: PrefectDatabase
+    process: subprocess.Popen
+
+
+@contextlib.contextmanager
+def temporary_server(home: Path, log: Path, label: str = "tmp", port: int | None = None,
+                     timeout: float | None = None) -> Iterator[TemporaryServer]:  # fmt: skip
+    """A server on a database of its own (dropped at the end) for tests and throw-away runs;
+    stopped, with its database, when the block ends."""
+    key = f"{label}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    database = prefect_database(database_name(key, kind=label[:8]), home / "prefect.db")
+    if database.note:
+        print(f"odqa: {database.note}", file=sys.stderr)
+    chosen = port or free_port()
+    process = launch(database, chosen, home, log, detached=False)
+    server = TemporaryServer(f"http://{HOST}:{chosen}/api", log, database, process)
+    try:
+        wait_healthy(server.api_url, lambda: process.poll() is None,
+                     timeout or float(os.environ.get(STARTUP_TIMEOUT_ENV) or STARTUP_TIMEOUT_S), log)  # fmt: skip
+        yield server
+    finally:
+        terminate(process.pid)
+        process.wait()
+        if database.kind != "configured":
+            with contextlib.suppress(Exception):
+                database.drop()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _log_tail(log: Path | None, lines: int = 15) -> str:
+    if log is None or not log.is_file():
+        return ""
+    tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    return f" (last lines of {log}):\n" + "\n".join(tail)

@@ -1,0 +1,66 @@
+"""`odqa server status|stop|reset` and `odqa deployments`: the workspace's long-lived Prefect
+server (`flows.backend.local_server`) as the command line sees it."""
+
+from __future__ import annotations
+
+import click
+
+from flows.cli.groups import main, prefect_api_of
+from flows.cli.terminal import workspace_root
+
+
+@main.group("server")
+def server_group() -> None:
+    """The workspace's Prefect server: odqa verbs start it in the background on first use;
+    `odqa server stop` (or `./run server stop`) stops it."""
+
+
+def _workspace(ctx: click.Context):
+    return workspace_root(ctx.find_root().obj.get("workspace"))
+
+
+@server_group.command("status")
+@click.pass_context
+def server_status(ctx: click.Context) -> None:
+    """Where the workspace's server runs (UI, API, pid), its database and its log."""
+    from flows.server import status_lines
+
+    click.echo("\n".join(status_lines(_workspace(ctx))))
+
+
+@server_group.command("stop")
+@click.pass_context
+def server_stop(ctx: click.Context) -> None:
+    """Stop the workspace's server (the next verb that runs a flow starts it again)."""
+    from flows.backend.local_server import stop_server
+
+    stopped = stop_server(_workspace(ctx))
+    click.echo(f"stopped the Prefect server (pid {stopped.pid})" if stopped else "no Prefect server was running")
+
+
+@server_group.command("reset")
+@click.confirmation_option(prompt="Delete every flow run, deployment and log of this workspace's Prefect server?")
+@click.pass_context
+def server_reset(ctx: click.Context) -> None:
+    """Stop the server and delete its database (runs, deployments, logs); tables stay."""
+    from flows.backend.local_server import reset_server
+
+    click.echo(reset_server(_workspace(ctx)))
+
+
+@main.command("deployments")
+@click.pass_context
+def deployments(ctx: click.Context) -> None:
+    """List the server's deployments with their schedule and last run."""
+    import asyncio
+
+    from tabulate import tabulate
+
+    from flows.deployment_runs import deployments_with_last_runs
+
+    api = prefect_api_of(ctx)
+    rows = asyncio.run(deployments_with_last_runs(api.url))
+    if not rows:
+        click.echo(f"no deployments on {api.url} (`./run server` deploys prefect.yaml)")
+        return
+    click.echo(tabulate([list(r.values()) for r in rows], headers=list(rows[0]), tablefmt="simple"))

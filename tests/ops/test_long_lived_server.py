@@ -1,0 +1,132 @@
+"""The workspace's long-lived Prefect server as CLI verbs meet it: the first verb that runs a flow
+starts it in the background; SIGKILLed between two verbs, it is noticed and started again by the
+second verb, which succeeds; a flow run left active by a process that died with it is marked
+Crashed; and the workspace is unchanged apart from what the second verb wrote. The server is
+stopped and its database dropped at the end (`reset_server`)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flows.backend.local_server import is_prefect_server, read_record, reset_server
+from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SLEEPER = """
+import time
+from prefect import flow, task
+from prefect.runtime import flow_run
+
+@task
+def nap() -> None:
+    time.sleep(600)
+
+@flow(name="sleeper")
+def sleeper() -> None:
+    print(flow_run.get_id(), flush=True)
+    nap()
+
+sleeper()
+"""
+# What `odqa import questions` may change in a workspace: its table and the metrics rows it
+# records about the import, the snapshot that commits them, the catalog's views, the log, and
+# the Prefect server's state and log.
+SECOND_VERB_WRITES = ("tables/questions/", "tables/metrics/", "snapshot.json", "snapshots/", "catalog.duckdb",
+                      "logs/", "prefect/", "prefect-logs/")  # fmt: skip
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """No Prefect server configured anywhere: the CLI must use the workspace's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
+    env.update(PYTHONPATH=str(REPO_ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_PROFILES_PATH=str(tmp_path / "no-profiles.toml"), HF_HUB_OFFLINE="1",
+               ODQA_PREFECT_STARTUP_TIMEOUT="300",
+               # Any free port, not 4200: a server there would take calls of other checkouts
+               # that look for `./run server` at its default address.
+               ODQA_PREFECT_PORT="0")  # fmt: skip
+    for name in ("ODQA_POSTGRES_DIR", "ODQA_POSTGRES_BIN", "ODQA_POSTGRES_USER", "ODQA_PREFECT_BACKEND"):
+        if name in os.environ:  # the backend the rest of the session uses
+            env[name] = os.environ[name]
+    return env
+
+
+def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from flows.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=600)  # fmt: skip
+
+
+def files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while is_prefect_server(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+async def _state_of(api_url: str, flow_run_id: str) -> tuple[str, list[str]]:
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
+    from prefect.client.schemas.sorting import TaskRunSort
+
+    async with PrefectClient(api_url) as client:
+        run = await client.read_flow_run(flow_run_id)
+        tasks = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(
+            any_=[run.id])), sort=TaskRunSort.EXPECTED_START_TIME_DESC, limit=10, offset=0)  # fmt: skip
+        return run.state_name, [t.state_name for t in tasks]
+
+
+def test_a_killed_server_is_restarted_by_the_next_verb_and_nothing_is_lost(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    env = cli_env(tmp_path)
+    try:
+        first = odqa(env, "-w", ws, "import", "passages", "--format", "dpr-tsv",
+                     write_passages(tmp_path / "p.tsv", PASSAGES))  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        assert "started this workspace's Prefect server in the background" in first.stderr
+        killed = read_record(ws)
+        assert killed is not None and is_prefect_server(killed.pid)
+
+        # A flow run on that server whose process dies too, while the run is active.
+        sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], env={**env, "PREFECT_API_URL": killed.api_url},
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO_ROOT)  # fmt: skip
+        flow_run_id = sleeper.stdout.readline().strip()
+        time.sleep(2)  # the task is running
+        sleeper.kill()
+        sleeper.wait()
+        kill(killed.pid)
+        before = files(ws)
+
+        second = odqa(env, "-w", ws, "import", "questions", "--format", "dpr-qas", "--dataset", "toy", "--split",
+                      "dev", write_questions(tmp_path / "toy.qa.csv"))  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert f"this workspace's Prefect server (pid {killed.pid}) had stopped; started it again" in second.stderr
+        assert "marked 1 flow run(s) whose process is gone as Crashed" in second.stderr
+        restarted = read_record(ws)
+        assert restarted is not None and restarted.pid != killed.pid and is_prefect_server(restarted.pid)
+        assert restarted.port == killed.port and restarted.database == killed.database
+
+        after = files(ws)
+        changed = {path for path in after if before.get(path) != after[path]} | (set(before) - set(after))
+        assert changed and all(path.startswith(SECOND_VERB_WRITES) for path in changed), sorted(changed)
+        assert any(path.startswith("tables/questions/") for path in changed)
+        assert all(after.get(path) == digest for path, digest in before.items() if path.startswith("tables/"))
+        from storage import Workspace
+
+        workspace = Workspace.resolve(ws)
+        assert workspace.rows("passages") == len(PASSAGES) and workspace.rows("questions") == 3
+        assert asyncio.run(_state_of(restarted.api_url, flow_run_id)) == ("Crashed", ["Crashed"])
+    finally:
+        reset_server(ws)
+    assert read_record(ws) is None
