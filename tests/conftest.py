@@ -46,6 +46,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempora
     backend: a database of its own in the local PostgreSQL (SQLite, saying so, where PostgreSQL
     cannot be had), dropped with the server at the end. Its output goes to `server.log` beside
     its PREFECT_HOME. `PREFECT_API_URL` names it for this process and its subprocesses."""
+    from prefect.context import _temporary_global_settings_context, get_settings_context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from flows.backend.local_server import temporary_server
@@ -54,7 +55,10 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempora
     cluster, started_cluster = _start_cluster()
     try:
         with temporary_server(home, home / "server.log", label="test", timeout=300) as server, \
-                temporary_settings({PREFECT_API_URL: server.api_url}):  # fmt: skip
+                temporary_settings({PREFECT_API_URL: server.api_url}), \
+                _temporary_global_settings_context(get_settings_context()):  # fmt: skip
+            # (the global context too, as Prefect's own test harness does: threads the tests
+            # start see it, not the settings of import time)
             previous = os.environ.get("PREFECT_API_URL")
             os.environ["PREFECT_API_URL"] = server.api_url
             try:
