@@ -41,6 +41,7 @@ from models.base import replace_directory
 from models.config import ARCHS, DESIRE_ME_ARCHS
 from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
 from models.job import TrainingJob, TrainSet, run_job
+from models.trainer import changed_auto_precision
 from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE, is_checkpoint, recover_checkpoint
 from storage import Workspace
 from storage.fingerprint import file_sha256, fingerprint
@@ -237,6 +238,11 @@ def train_flow(
     warmup_steps: int | None = None,
     amp: str = "auto",
     checkpoint_minutes: float | None = 10.0,
+    threads: int | None = None,
+    bucket_tokens: int | None = None,
+    grad_cache: bool = False,
+    snapshot_every: int | None = None,
+    snapshot_dir: str | None = None,
 ) -> dict[str, Any]:
     """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
 
@@ -244,8 +250,13 @@ def train_flow(
     continues from a checkpoint of the same parameters and data (after a kill, or when Prefect
     retries the run), else starts over and says why; True requires continuing; False starts over.
 
-    `amp`: "auto" (bf16/fp16 autocast on GPU, full precision on CPU), "bf16" (also on CPU: about
-    2x faster per step on CPUs with bf16 matrix units), "fp16" (GPU only) or "none"."""
+    `amp`: "auto" (bf16/fp16 autocast on GPU, bf16 on CPUs with bf16 units, else full precision),
+    "bf16", "fp16" (GPU only) or "none". `threads`: torch threads for the run (default: torch's).
+    `bucket_tokens`: encode each micro-batch in length buckets of at most this many padded
+    tokens; `grad_cache`: cached-gradient steps over those buckets (memory of one bucket).
+    `snapshot_every` steps a copy of the model goes to `snapshot_dir` (default
+    `<workspace>/models/.training/<model_id>/snapshots`, removed once the model is registered)
+    with the wall and CPU time spent to reach it."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     if arch not in ARCHS:
@@ -281,8 +292,12 @@ def train_flow(
         "num_experts": num_experts,
         "warmup_steps": warmup_steps,
         # Only a non-default amp enters the fingerprint, so models trained before the option
-        # existed (always the default) stay current.
+        # existed (always the default) stay current; likewise the options below, which enter
+        # it only where they change what the trainer computes.
         **({"amp": amp} if amp != "auto" else {}),
+        **({"precision": precision} if (precision := changed_auto_precision(amp)) else {}),
+        **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
+        **({"grad_cache": True} if grad_cache else {}),
     }
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(
@@ -334,6 +349,11 @@ def train_flow(
         "warmup_steps": warmup_steps,
         "amp": amp,
         "checkpoint_minutes": checkpoint_minutes,
+        "threads": threads,
+        "bucket_tokens": bucket_tokens,
+        "grad_cache": grad_cache,
+        "snapshot_every": snapshot_every,
+        "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
     }
     job = TrainingJob(
         arch=arch,
@@ -365,6 +385,8 @@ def train_flow(
         "steps": result["steps"],
         "final_loss": result["final_loss"],
         "trainable_parameters": result["trainable_parameters"],
+        "elapsed_s": result.get("elapsed_s"),  # training loop wall time (all sessions)
+        "cpu_s": result.get("cpu_s"),  # training process CPU time, user + system (all sessions)
     }
     row = {
         "model_id": model_id,
