@@ -81,6 +81,7 @@ class Recipe:
     threads: int | None = 1
     bucket_tokens: int | None = None
     grad_cache: bool = False
+    mask_duplicates: bool = False
     seed: int = 0
 
     def key(self) -> str:
@@ -97,7 +98,14 @@ class Recipe:
             options += ["--bucket-tokens", str(self.bucket_tokens)]
         if self.grad_cache:
             options += ["--grad-cache"]
+        if self.mask_duplicates:
+            options += ["--mask-duplicates"]
         return options
+
+    def differences(self) -> str:
+        """The settings that differ from the benchmark's default recipe, for the table."""
+        default = asdict(Recipe())
+        return ", ".join(f"{k}={v}" for k, v in asdict(self).items() if default[k] != v) or "default"
 
 
 @dataclass
@@ -346,7 +354,7 @@ def anchor_row(bench: Bench, row: str, recipe: Recipe) -> dict[str, Any]:
     recall, eval_wall, eval_cpu = bench.evaluate_dense(str(output), f"bq-{row}-{recipe.key()}")
     hybrid_recall, alpha = bench.evaluate_hybrid(str(output), f"bq-{row}-{recipe.key()}-hybrid")
     result = {"key": key, "row": row, "kind": "anchor", "recipe": asdict(recipe), **recall,
-              "parameters": costs["parameters"], "train_wall_s": round(costs["elapsed_s"], 1),
+              "parameters": parameters_of(str(output)), "train_wall_s": round(costs["elapsed_s"], 1),
               "train_cpu_s": round(costs["cpu_s"], 1), "examples": costs["examples"],
               "examples_per_s": round(costs["examples"] / costs["elapsed_s"], 3),
               "examples_per_cpu_s": round(costs["examples"] / costs["cpu_s"], 3),
@@ -436,9 +444,9 @@ def _cost(row: dict[str, Any], name: str, digits: int = 1) -> str:
 
 def table(bench: Bench) -> str:
     """The markdown table of every non-curve row, baselines first."""
-    lines = ["| row | R@1 | R@5 | R@20 | R@100 | hybrid R@1 (alpha) | parameters | train wall s | train CPU s "
-             "| examples/s | examples/CPU-s | load |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = ["| row | recipe | R@1 | R@5 | R@20 | R@100 | hybrid R@1 (alpha) | parameters | train wall s "
+             "| train CPU s | examples/s | examples/CPU-s | load |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     order = {name: i for i, name in enumerate(BASELINE_ROWS + ARCH_ROWS + ANCHOR_ROWS)}
     rows = sorted((r for r in bench.results if r["kind"] != "curve"), key=lambda r: (order.get(r["row"], 99), r["key"]))
     for r in rows:
@@ -449,7 +457,8 @@ def table(bench: Bench) -> str:
 
         load = f"{r.get('load_before', '-')}/{r.get('load_after', '-')}"
         label = r["row"] if r["kind"] == "baseline" else f"{r['row']} ({r['kind']})"
-        lines.append(f"| {label} | {r.get('R@1', 0):.4f} | {r.get('R@5', 0):.4f} | {r.get('R@20', 0):.4f} | "
+        recipe = Recipe(**r["recipe"]).differences() if "recipe" in r else "-"
+        lines.append(f"| {label} | {recipe} | {r.get('R@1', 0):.4f} | {r.get('R@5', 0):.4f} | {r.get('R@20', 0):.4f} | "
                      f"{r.get('R@100', 0):.4f} | {hybrid_text} | {r.get('parameters', 0):,} | {_cost(r, 'train_wall_s')} | "
                      f"{_cost(r, 'train_cpu_s')} | {_cost(r, 'examples_per_s', 2)} | {_cost(r, 'examples_per_cpu_s', 2)} | {load} |")  # fmt: skip
     curves = [r for r in bench.results if r["kind"] == "curve"]
@@ -477,6 +486,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--bucket-tokens", type=int, default=None)
     parser.add_argument("--grad-cache", action="store_true")
+    parser.add_argument("--mask-duplicates", action="store_true")
+    parser.add_argument("--no-hybrid", action="store_true", help="Trained rows: dense only (ablations).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--curve-minutes", type=float, default=None, help="Add the R@1-vs-CPU-minutes curves.")
     parser.add_argument("--curve-every", type=int, default=50, help="Steps between curve snapshots.")
@@ -486,7 +497,7 @@ def main() -> None:
         sys.exit(f"{args.data}: no squad24 data (passages.tsv, train/dev.dpr.json); pass --data")
 
     recipe = Recipe(args.steps, args.batch_size, args.lr, args.hard_negatives, args.warmup_steps, args.amp,
-                    args.threads, args.bucket_tokens, args.grad_cache, args.seed)  # fmt: skip
+                    args.threads, args.bucket_tokens, args.grad_cache, args.mask_duplicates, args.seed)  # fmt: skip
     everything = BASELINE_ROWS + ARCH_ROWS + ANCHOR_ROWS
     names = list(everything) if args.rows == "all" else [n.strip() for n in args.rows.split(",") if n.strip()]
     unknown = set(names) - set(everything)
@@ -499,7 +510,7 @@ def main() -> None:
     reference: dict[str, Any] = {}
     for name in names:
         if name in ARCH_ROWS:
-            result = trained_row(bench, name, recipe)
+            result = trained_row(bench, name, recipe, hybrid=not args.no_hybrid)
             if name == args.curve_arch:
                 reference["odqa"] = result
         elif name in ANCHOR_ROWS:

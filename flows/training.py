@@ -241,6 +241,7 @@ def train_flow(
     threads: int | None = None,
     bucket_tokens: int | None = None,
     grad_cache: bool = False,
+    mask_duplicates: bool = False,
     snapshot_every: int | None = None,
     snapshot_dir: str | None = None,
 ) -> dict[str, Any]:
@@ -253,7 +254,8 @@ def train_flow(
     `amp`: "auto" (bf16/fp16 autocast on GPU, bf16 on CPUs with bf16 units, else full precision),
     "bf16", "fp16" (GPU only) or "none". `threads`: torch threads for the run (default: torch's).
     `bucket_tokens`: encode each micro-batch in length buckets of at most this many padded
-    tokens; `grad_cache`: cached-gradient steps over those buckets (memory of one bucket).
+    tokens; `grad_cache`: cached-gradient steps over those buckets (memory of one bucket);
+    `mask_duplicates`: another copy of a question's positive in the batch is not its negative.
     `snapshot_every` steps a copy of the model goes to `snapshot_dir` (default
     `<workspace>/models/.training/<model_id>/snapshots`, removed once the model is registered)
     with the wall and CPU time spent to reach it."""
@@ -298,6 +300,7 @@ def train_flow(
         **({"precision": precision} if (precision := changed_auto_precision(amp)) else {}),
         **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
         **({"grad_cache": True} if grad_cache else {}),
+        **({"mask_duplicates": True} if mask_duplicates else {}),
     }
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(
@@ -352,6 +355,7 @@ def train_flow(
         "threads": threads,
         "bucket_tokens": bucket_tokens,
         "grad_cache": grad_cache,
+        "mask_duplicates": mask_duplicates,
         "snapshot_every": snapshot_every,
         "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
     }

@@ -131,6 +131,7 @@ class Batch:
     positive_index: torch.Tensor
     domain_targets: torch.Tensor | None
     size: int
+    passage_keys: torch.Tensor | None = None  # int64 identity of each passage (equal = same passage)
 
     def to(self, device: torch.device) -> Batch:
         return Batch(
@@ -139,7 +140,14 @@ class Batch:
             self.positive_index.to(device),
             None if self.domain_targets is None else self.domain_targets.to(device),
             self.size,
+            None if self.passage_keys is None else self.passage_keys.to(device),
         )
+
+
+def passage_key(passage: Passage) -> int:
+    """A stable int64 identity of a passage's content (title and text): two copies of the same
+    paragraph under different ids are still the same passage to the loss."""
+    return derived_seed(*passage)
 
 
 def _to_device(inputs: Inputs | Buckets, device: torch.device) -> Inputs | Buckets:
@@ -163,6 +171,7 @@ def collate(
     buckets of at most that many padded tokens (see `models.buckets`)."""
     titles = [e.positive[0] for e in examples]
     texts = [e.positive[1] for e in examples]
+    keys = [passage_key(e.positive) for e in examples]
     rng = np.random.default_rng(seed)
     for example in examples:
         pool = example.hard_negatives
@@ -170,6 +179,7 @@ def collate(
             take = rng.permutation(len(pool))[:hard_negatives]
             titles.extend(pool[i][0] for i in take)
             texts.extend(pool[i][1] for i in take)
+            keys.extend(passage_key(pool[i]) for i in take)
     targets = None
     if domains is not None:
         column = {d: i for i, d in enumerate(domains)}
@@ -192,7 +202,8 @@ def collate(
         )
     else:
         passage_inputs = retriever.tokenize_passages(titles, texts)
-    return Batch(question_inputs, passage_inputs, torch.arange(len(examples)), targets, len(examples))
+    return Batch(question_inputs, passage_inputs, torch.arange(len(examples)), targets, len(examples),
+                 torch.tensor(keys, dtype=torch.int64))  # fmt: skip
 
 
 EXAMPLE_SCHEMA = pa.schema(

@@ -30,6 +30,7 @@ from models.base import Retriever
 from models.buckets import Buckets
 from models.config import BI_ENCODER_ARCHS
 from models.data import Batch
+from models.losses import duplicate_positive_mask
 
 Encode = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
@@ -103,6 +104,7 @@ def cached_forward_backward(
     amp: torch.dtype | None,
     scaler: torch.amp.GradScaler,
     accumulation_steps: int = 1,
+    mask_duplicates: bool = False,
 ) -> tuple[float, dict[str, float]]:
     """One micro-batch of GradCache: same loss and (up to rounding) same gradients as
     `trainer.forward_backward`, with the activations of one bucket alive at a time."""
@@ -115,7 +117,8 @@ def cached_forward_backward(
     after_first_pass = RandomState(device)
     questions.requires_grad_(True)
     passages.requires_grad_(True)
-    loss = loss_function(questions, passages, batch.positive_index, temperature)
+    exclude = duplicate_positive_mask(batch.passage_keys, batch.positive_index) if mask_duplicates else None
+    loss = loss_function(questions, passages, batch.positive_index, temperature, exclude)
     scaler.scale(loss / accumulation_steps).backward()
     _backward_by_bucket(
         model.embed_questions, batch.question_inputs, questions.grad, question_states, device, amp

@@ -49,7 +49,7 @@ from models.distributed import (
     main_decides,
 )
 from models.grad_cache import cached_forward_backward, supports_grad_cache
-from models.losses import OBJECTIVES, objective
+from models.losses import OBJECTIVES, duplicate_positive_mask, objective
 from models.training_state import is_checkpoint, read_training_files, write_training_files
 from pipelines.progress import Progress
 
@@ -85,6 +85,7 @@ class TrainingConfig:
     threads: int | None = None  # torch intra-op threads during training; None: torch's default
     bucket_tokens: int | None = None  # length buckets of <= this many padded tokens; None: one block
     grad_cache: bool = False  # cached-gradient (GradCache) steps over the buckets; needs bucket_tokens
+    mask_duplicates: bool = False  # another copy of a question's positive in the batch is no negative
     snapshot_every: int | None = None  # steps between model snapshots (for quality-vs-cost curves)
     snapshot_dir: str | None = None  # default: <output_dir>/snapshots
 
@@ -126,13 +127,14 @@ class TrainingConfig:
             "epochs",
             "bucket_tokens",
             "grad_cache",
+            "mask_duplicates",
         )
         return {k: getattr(self, k) for k in keys}
 
 
 # Signature entries added after checkpoints were first written, with the behaviour of the code
 # that wrote those older checkpoints (so they still resume when nothing really changed).
-LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False}
+LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False, "mask_duplicates": False}
 
 
 @dataclass
@@ -273,11 +275,13 @@ def forward_backward(
     scaler: torch.amp.GradScaler,
     accumulation_steps: int = 1,
     sync: bool = True,
+    mask_duplicates: bool = False,
 ) -> tuple[float, dict[str, float]]:
     """Forward, contrastive loss over the (global) in-batch and hard negatives, backward.
 
     Gradients accumulate into `.grad`; with `sync=False` under DDP they stay local (no_sync),
-    for all micro-batches but the last of an accumulated optimizer step."""
+    for all micro-batches but the last of an accumulated optimizer step. `mask_duplicates`:
+    other copies of a question's positive passage in the (global) batch are not its negatives."""
     no_sync = wrapped.no_sync() if (context.enabled and not sync) else contextlib.nullcontext()
     with no_sync:
         with torch.autocast(context.device.type, dtype=amp or torch.float32, enabled=amp is not None):
@@ -285,7 +289,11 @@ def forward_backward(
         questions, _ = gather_with_local_grad(output.questions.float(), context)
         passages, offset = gather_with_local_grad(output.passages.float(), context)
         targets, _ = gather_with_local_grad(batch.positive_index + offset, context)
-        similarity_loss = loss_function(questions, passages, targets, temperature)
+        exclude = None
+        if mask_duplicates:
+            keys, _ = gather_with_local_grad(batch.passage_keys, context)
+            exclude = duplicate_positive_mask(keys, targets)
+        similarity_loss = loss_function(questions, passages, targets, temperature, exclude)
         # Each rank back-propagates into its own shard only; DDP averages, so scale back up.
         loss = similarity_loss * context.world_size
         total = similarity_loss.detach()
@@ -485,7 +493,7 @@ class Trainer:
         if config.grad_cache:
             return cached_forward_backward(self.retriever, batch.to(context.device), context.device,
                                            self.loss_function, self.temperature, amp, scaler,
-                                           config.accumulation_steps)  # fmt: skip
+                                           config.accumulation_steps, config.mask_duplicates)  # fmt: skip
         return forward_backward(
             wrapped,
             batch.to(context.device),
@@ -496,6 +504,7 @@ class Trainer:
             scaler,
             self.config.accumulation_steps,
             sync,
+            config.mask_duplicates,
         )
 
     # --- evaluation and checkpoints ------------------------------------------------------------

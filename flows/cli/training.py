@@ -114,6 +114,9 @@ ARCH_CHOICES = [
 @click.option("--grad-cache", is_flag=True,
               help="Cached-gradient steps (GradCache): memory of one bucket whatever the batch size; "
                    "about 1.3x the compute; needs --bucket-tokens.")  # fmt: skip
+@click.option("--mask-duplicates", is_flag=True,
+              help="Another copy of a question's positive passage in the batch (two questions on one paragraph, "
+                   "a hard negative that is another question's positive) is not counted as its negative.")  # fmt: skip
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
               help="Keep a copy of the model every STEPS steps, with the wall/CPU time spent (quality curves).")  # fmt: skip
 @click.option("--snapshot-dir", type=click.Path(file_okay=False), default=None,
@@ -166,6 +169,7 @@ def train(
     threads: int | None,
     bucket_tokens: int | None,
     grad_cache: bool,
+    mask_duplicates: bool,
     snapshot_every: int | None,
     snapshot_dir: str | None,
     resume: bool | None,
@@ -218,6 +222,7 @@ def train(
         threads=threads,
         bucket_tokens=bucket_tokens,
         grad_cache=grad_cache,
+        mask_duplicates=mask_duplicates,
         snapshot_every=snapshot_every,
         snapshot_dir=snapshot_dir,
     )

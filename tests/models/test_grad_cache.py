@@ -84,3 +84,23 @@ def test_training_with_grad_cache_learns(tiny_checkpoint, toy_examples, tmp_path
     result = Trainer(model, MultiSetSampler.single(toy_examples), config).train()
     losses = [entry["loss"] for entry in result.log]
     assert len(losses) == 12 and sum(losses[-3:]) / 3 < 0.5 * losses[0]
+
+
+def test_masking_duplicate_positives_works_in_both_steps(tiny_checkpoint, toy_examples):
+    from dataclasses import replace
+
+    # A second question on the first paragraph: without masking, each is the other's negative.
+    examples = [*toy_examples[:4], replace(toy_examples[0], question="Who is the author of Hamlet?")]
+    model = create_retriever("sde", tiny_checkpoint).train()
+    batch = collate(model, examples, hard_negatives=1, seed=5, bucket_tokens=40, bucket_questions=True)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    losses = {}
+    for mask in (False, True):
+        model.zero_grad(set_to_none=True)
+        losses["plain", mask] = forward_backward(model, batch, CPU, contrastive_loss, 0.05, None, scaler,
+                                                 mask_duplicates=mask)[0]  # fmt: skip
+        model.zero_grad(set_to_none=True)
+        losses["cached", mask] = cached_forward_backward(model, batch, CPU.device, contrastive_loss, 0.05, None,
+                                                         scaler, mask_duplicates=mask)[0]  # fmt: skip
+    assert losses["plain", True] == pytest.approx(losses["cached", True], rel=1e-5)
+    assert losses["plain", True] < losses["plain", False]  # the duplicate no longer competes
