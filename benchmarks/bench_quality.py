@@ -4,7 +4,7 @@ sentence-transformers' MultipleNegativesRankingLoss fine-tune side by side as th
     .venv/bin/python benchmarks/bench_quality.py --workspace /tmp/bench-quality \
         [--data ../shared/data/squad24] [--rows all|NAME,...] [--steps 150 --batch-size 16 --lr 2e-5
         --hard-negatives 1 --amp auto --threads 1 --bucket-tokens N --grad-cache]
-        [--curve-minutes 60 --curve-every 50]
+        [--curve odqa:1280:128 --curve anchor:360:40] [--also OTHER/bench_quality/results.json]
 
 Data: squad24 (1,154 SQuAD paragraphs in DPR's passages.tsv format; train and dev questions in
 dpr-json). The training questions are split by article: the last `--heldout-articles` articles
@@ -25,10 +25,12 @@ training-loop wall and CPU seconds (the training process's user + system time, a
 odqa's `training_log` or the anchor's own clock), examples per second (wall and per CPU second),
 and the wall/CPU time of all the row's commands with the load average around them.
 
-`--curve-minutes M` adds the quality-vs-cost curve: the default recipe (odqa) and the anchor
-trained with as many steps as fit M CPU-minutes at the speed measured on the same rows, a model
-snapshot every `--curve-every` steps, each snapshot evaluated like a row: R@1 against the CPU
-minutes and wall minutes spent to reach it.
+`--curve SIDE:STEPS:EVERY` (odqa, anchor or anchor-bf16) adds a quality-vs-cost curve: the recipe
+trained for STEPS steps with a model snapshot every EVERY steps, each snapshot evaluated like a
+row: R@1 against the training CPU minutes and wall minutes spent to reach it (choose STEPS from
+the CPU seconds per step of the table's rows to fill the budget). `--also OTHER/results.json`
+joins the rows of a run made in another workspace (e.g. curves run in parallel) to the table
+and plot.
 
 Rows are cached: results go to `<workspace>/bench_quality/results.json` (one object per row;
 `SELECT * FROM read_json_auto('<workspace>/bench_quality/results.json')` in DuckDB) and a row
@@ -367,35 +369,44 @@ def anchor_row(bench: Bench, row: str, recipe: Recipe) -> dict[str, Any]:
     return result
 
 
-def curve_rows(bench: Bench, recipe: Recipe, arch: str, minutes: float, every: int, reference: dict[str, Any]) -> None:
-    """odqa (`arch`, `recipe`) and the anchor, each with as many steps as fit `minutes` CPU minutes
-    at the CPU speed of its own row in the table (`reference` rows), snapshots every `every` steps."""
-    for side in ("odqa", "anchor"):
-        row = reference[side]
-        seconds_per_step = row["train_cpu_s"] / row["recipe"]["steps"]
-        steps = max(every, int(minutes * 60 / seconds_per_step) // every * every)
-        curve_recipe = replace(recipe, steps=steps)
-        key = f"curve-{side}-{arch}|{curve_recipe.key()}|every{every}"
-        if bench.cached(key):
-            continue
-        snapshots = bench.folder / "curves" / f"{side}-{arch}-{curve_recipe.key()}"
-        if side == "odqa":
-            model_id = f"bq-curve-{arch}-{curve_recipe.key()}"
-            bench.run("train", *arch_options(arch), "--base", minilm_dir(), "--train",
-                      bench.train_set(recipe.hard_negatives), "--model-id", model_id, *curve_recipe.train_options(),
-                      "--snapshot-every", str(every), "--snapshot-dir", str(snapshots / "snapshots"))  # fmt: skip
-        else:
-            bench.run(*anchor_command(bench, curve_recipe, snapshots, bf16=False, snapshot_every=every), odqa=False)
-        points = []
-        for folder in sorted((snapshots / "snapshots").iterdir()):
-            spent = json.loads((folder / "snapshot.json").read_text(encoding="utf-8"))
-            run = f"bq-curve-{side}-{arch}-{curve_recipe.key()}-{spent['step']}"
-            recall, _, _ = bench.evaluate_dense(str(folder), run)
-            points.append({**spent, **recall})
-            print(f"curve {side} step {spent['step']}: {points[-1]}", file=sys.stderr, flush=True)
-        bench.store({"key": key, "row": f"curve-{side}-{arch}", "kind": "curve", "side": side,
-                     "recipe": asdict(curve_recipe), "every": every, "points": points,
-                     "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})  # fmt: skip
+CURVE_SIDES = ("odqa", "anchor", "anchor-bf16")
+
+
+def curve_row(bench: Bench, recipe: Recipe, arch: str, side: str, steps: int, every: int) -> None:
+    """One training run of `steps` steps (odqa's `arch`, or the anchor) with a model snapshot every
+    `every` steps, each snapshot evaluated like a table row: R@1 against the training CPU and
+    wall time spent to reach it (the snapshot's own record)."""
+    curve_recipe = replace(recipe, steps=steps)
+    key = f"curve-{side}-{arch}|{curve_recipe.key()}|every{every}"
+    if bench.cached(key):
+        return
+    snapshots = bench.folder / "curves" / f"{side}-{arch}-{curve_recipe.key()}"
+    if side == "odqa":
+        model_id = f"bq-curve-{arch}-{curve_recipe.key()}"
+        bench.run("train", *arch_options(arch), "--base", minilm_dir(), "--train",
+                  bench.train_set(recipe.hard_negatives), "--model-id", model_id, *curve_recipe.train_options(),
+                  "--snapshot-every", str(every), "--snapshot-dir", str(snapshots / "snapshots"))  # fmt: skip
+    else:
+        bench.run(*anchor_command(bench, curve_recipe, snapshots, bf16=side == "anchor-bf16", snapshot_every=every),
+                  odqa=False)  # fmt: skip
+    points = []
+    for folder in sorted((snapshots / "snapshots").iterdir()):
+        spent = json.loads((folder / "snapshot.json").read_text(encoding="utf-8"))
+        run = f"bq-curve-{side}-{arch}-{curve_recipe.key()}-{spent['step']}"
+        recall, _, _ = bench.evaluate_dense(str(folder), run)
+        points.append({**spent, **recall})
+        print(f"curve {side} step {spent['step']}: {points[-1]}", file=sys.stderr, flush=True)
+    bench.store({"key": key, "row": f"curve-{side}-{arch}", "kind": "curve", "side": side,
+                 "recipe": asdict(curve_recipe), "every": every, "points": points, "load_after": load_average(),
+                 "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})  # fmt: skip
+
+
+def parse_curve(spec: str) -> tuple[str, int, int]:
+    """SIDE:STEPS:EVERY, e.g. odqa:1280:128."""
+    parts = spec.split(":")
+    if len(parts) != 3 or parts[0] not in CURVE_SIDES or not all(p.isdigit() for p in parts[1:]):
+        raise argparse.ArgumentTypeError(f"--curve {spec!r}: expected SIDE:STEPS:EVERY with SIDE in {CURVE_SIDES}")
+    return parts[0], int(parts[1]), int(parts[2])
 
 
 def plot_curves(bench: Bench, zero_shot: float | None, bm25: float | None) -> list[Path]:
@@ -417,10 +428,10 @@ def plot_curves(bench: Bench, zero_shot: float | None, bm25: float | None) -> li
             ys = [zero_shot] + [p["R@1"] for p in curve["points"]] if zero_shot is not None else None
             if ys is None:
                 xs, ys = xs[1:], [p["R@1"] for p in curve["points"]]
-            name = "odqa" if curve["side"] == "odqa" else "sentence-transformers MNRL"
+            names = {"odqa": f"odqa {curve['row'].removeprefix('curve-odqa-')}",
+                     "anchor": "sentence-transformers MNRL (fp32)", "anchor-bf16": "sentence-transformers MNRL (bf16)"}
             recipe = curve["recipe"]
-            plot.plot(xs, ys, marker="o", label=f"{name} ({curve['row'].split('-', 2)[-1]}, lr {recipe['lr']:g}, "
-                                                 f"B {recipe['batch_size']}, H {recipe['hard_negatives']})")  # fmt: skip
+            plot.plot(xs, ys, marker="o", label=f"{names[curve['side']]}: {Recipe(**recipe).differences()}")  # fmt: skip
         if zero_shot is not None:
             plot.axhline(zero_shot + 0.06, color="grey", linestyle="--", label="zero-shot + 6 points")
         if bm25 is not None:
@@ -489,9 +500,11 @@ def main() -> None:
     parser.add_argument("--mask-duplicates", action="store_true")
     parser.add_argument("--no-hybrid", action="store_true", help="Trained rows: dense only (ablations).")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--curve-minutes", type=float, default=None, help="Add the R@1-vs-CPU-minutes curves.")
-    parser.add_argument("--curve-every", type=int, default=50, help="Steps between curve snapshots.")
+    parser.add_argument("--curve", action="append", type=parse_curve, default=[], metavar="SIDE:STEPS:EVERY",
+                        help=f"A quality-vs-cost curve (repeatable); SIDE in {CURVE_SIDES}.")  # fmt: skip
     parser.add_argument("--curve-arch", default="sde")
+    parser.add_argument("--also", type=Path, action="append", default=[],
+                        help="Another run's results.json whose rows join the table and plot (read only).")  # fmt: skip
     args = parser.parse_args()
     if not (args.data / "passages.tsv").is_file():
         sys.exit(f"{args.data}: no squad24 data (passages.tsv, train/dev.dpr.json); pass --data")
@@ -507,20 +520,16 @@ def main() -> None:
     print(f"load average at start {load_average()}; recipe {recipe} ({recipe.key()})", file=sys.stderr, flush=True)
     bench.prepare()
     baseline_rows(bench, [n for n in names if n in BASELINE_ROWS])
-    reference: dict[str, Any] = {}
     for name in names:
         if name in ARCH_ROWS:
-            result = trained_row(bench, name, recipe, hybrid=not args.no_hybrid)
-            if name == args.curve_arch:
-                reference["odqa"] = result
+            trained_row(bench, name, recipe, hybrid=not args.no_hybrid)
         elif name in ANCHOR_ROWS:
-            result = anchor_row(bench, name, recipe)
-            if name == "st-mnrl":
-                reference["anchor"] = result
-    if args.curve_minutes:
-        if set(reference) != {"odqa", "anchor"}:
-            sys.exit(f"--curve-minutes needs the rows {args.curve_arch} and st-mnrl in --rows (their speed sizes the curve)")
-        curve_rows(bench, recipe, args.curve_arch, args.curve_minutes, args.curve_every, reference)
+            anchor_row(bench, name, recipe)
+    for side, steps, every in args.curve:
+        curve_row(bench, recipe, args.curve_arch, side, steps, every)
+    for path in args.also:
+        keys = {r["key"] for r in bench.results}
+        bench.results += [r for r in json.loads(path.read_text(encoding="utf-8")) if r["key"] not in keys]
     baselines = {r["row"]: r for r in bench.results if r["kind"] == "baseline"}
     plots = plot_curves(bench, baselines.get("zero-shot", {}).get("R@1"), baselines.get("bm25", {}).get("R@1"))
     text = table(bench)
