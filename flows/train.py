@@ -38,6 +38,7 @@ from models.config import ARCHS, DESIRE_ME_ARCHS
 from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
 from models.job import TrainingJob, TrainSet, run_job
 from models.resume import resume_decision
+from models.trainer import changed_auto_precision
 from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
 from pipelines.questions.specs import DatasetSpec
 from storage import Workspace
@@ -133,6 +134,12 @@ def train_flow(
     warmup_steps: int | None = None,
     amp: str = "auto",
     checkpoint_minutes: float | None = 10.0,
+    threads: int | None = None,
+    bucket_tokens: int | None = None,
+    grad_cache: bool = False,
+    mask_duplicates: bool = False,
+    snapshot_every: int | None = None,
+    snapshot_dir: str | None = None,
 ) -> TrainReport:
     """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
 
@@ -169,10 +176,21 @@ def train_flow(
             empty: train both.
         num_experts: TASER experts per specialized block; empty: 2.
         warmup_steps: Learning-rate warmup steps; empty: 10% of the steps.
-        amp: Mixed precision: auto (bf16/fp16 autocast on GPU, full precision on CPU), bf16 (also on
-            CPU: about 2x faster per step on CPUs with bf16 matrix units), fp16 (GPU only) or none.
+        amp: Mixed precision: auto (bf16/fp16 autocast on GPU, bf16 on CPUs with bf16 matrix units,
+            about 2x faster per step, else full precision), bf16, fp16 (GPU only) or none.
         checkpoint_minutes: Wall time between resumable checkpoints (one is also written at the end);
             empty: only at the end.
+        threads: Torch threads for training; empty: torch's default (one per core).
+        bucket_tokens: Encode each micro-batch in length-sorted buckets of at most this many padded
+            tokens (less padding); empty: one bucket.
+        grad_cache: Cached-gradient (GradCache) steps over the buckets: the memory of one bucket
+            whatever the batch size; needs bucket_tokens.
+        mask_duplicates: Another copy of a question's positive passage in the batch is not counted
+            as its negative.
+        snapshot_every: Keep a copy of the model every this many steps, with the wall and CPU time
+            spent to reach it (quality-vs-cost curves); empty: none.
+        snapshot_dir: Where snapshots go; empty: inside the training folder, removed once the
+            model is registered.
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
@@ -193,8 +211,13 @@ def train_flow(
         "objective": objective, "temperature": temperature, "freeze": freeze, "num_experts": num_experts,
         "warmup_steps": warmup_steps,
         # Only a non-default amp enters the fingerprint, so models trained before the option
-        # existed (always the default) stay current.
+        # existed (always the default) stay current; likewise the options below, which enter
+        # it only where they change what the trainer computes.
         **({"amp": amp} if amp != "auto" else {}),
+        **({"precision": precision} if (precision := changed_auto_precision(amp)) else {}),
+        **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
+        **({"grad_cache": True} if grad_cache else {}),
+        **({"mask_duplicates": True} if mask_duplicates else {}),
     }  # fmt: skip
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
@@ -229,7 +252,9 @@ def train_flow(
         "output_dir": str(work), "batch_size": batch_size, "hard_negatives": hard_negatives, "learning_rate": lr,
         "max_steps": max_steps, "epochs": epochs, "accumulation_steps": accumulation_steps, "seed": seed,
         "eval_every": eval_every, "objective": objective, "temperature": temperature, "warmup_steps": warmup_steps,
-        "amp": amp, "checkpoint_minutes": checkpoint_minutes,
+        "amp": amp, "checkpoint_minutes": checkpoint_minutes, "threads": threads, "bucket_tokens": bucket_tokens,
+        "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every,
+        "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
     }  # fmt: skip
     job = TrainingJob(arch=arch, base=base_path, training=training, train_sets=train_sets, dev_path=dev_path,
                       model_options=model_options, resume=resuming, result_path=str(work / "result.json"))  # fmt: skip
@@ -246,6 +271,8 @@ def train_flow(
                 "history": result["dev_history"]},
         "steps": result["steps"], "final_loss": result["final_loss"],
         "trainable_parameters": result["trainable_parameters"],
+        "elapsed_s": result.get("elapsed_s"),  # training loop wall time (all sessions)
+        "cpu_s": result.get("cpu_s"),  # training process CPU time, user + system (all sessions)
     }  # fmt: skip
     row = {"arch": arch, "parameters": result["parameters"], "base": base, "trained_on": trained_on,
            "config": json.dumps(config, sort_keys=True, default=str)}  # fmt: skip

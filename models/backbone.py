@@ -120,7 +120,8 @@ def sentence_transformer_settings(folder: str | Path) -> SentenceTransformerSett
     """Pooling and normalisation declared by a sentence-transformers folder, or None.
 
     A folder qualifies when it has `modules.json` with a Pooling module; its `config.json`
-    (`pooling_mode_cls_token` / `pooling_mode_mean_tokens`) picks the pooling, and a Normalize
+    (`pooling_mode_cls_token` / `pooling_mode_mean_tokens`, or `pooling_mode: "cls" | "mean"` as
+    sentence-transformers 5+ writes it) picks the pooling, and a Normalize
     module in `modules.json` means the model was trained for cosine similarity.
     """
     modules_file = _checkpoint_file(folder, "modules.json")
@@ -138,9 +139,10 @@ def sentence_transformer_settings(folder: str | Path) -> SentenceTransformerSett
     if pooling_file is None:
         raise ValueError(f"{modules_file}: declares a Pooling module but {pooling_name} is missing")
     pooling_config = json.loads(pooling_file.read_text(encoding="utf-8"))
-    if pooling_config.get("pooling_mode_cls_token"):
+    mode = pooling_config.get("pooling_mode")  # sentence-transformers >= 5: one "pooling_mode" string
+    if pooling_config.get("pooling_mode_cls_token") or mode == "cls":
         pooling = "cls"
-    elif pooling_config.get("pooling_mode_mean_tokens"):
+    elif pooling_config.get("pooling_mode_mean_tokens") or mode == "mean":
         pooling = "mean"
     else:
         modes = {k: v for k, v in pooling_config.items() if k.startswith("pooling_mode") and v}

@@ -29,6 +29,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from models.buckets import Buckets, embed_rows
 from models.config import RetrieverConfig
 from pipelines.progress import progress
 from storage.atomic import building_directory
@@ -71,10 +72,15 @@ class Retriever(nn.Module):
         raise NotImplementedError
 
     def forward(
-        self, question_inputs: Inputs, passage_inputs: Inputs, domain_targets: torch.Tensor | None = None
+        self,
+        question_inputs: Inputs | Buckets,
+        passage_inputs: Inputs | Buckets,
+        domain_targets: torch.Tensor | None = None,
     ) -> RetrieverOutput:
         """Training forward: embeddings of a batch (no auxiliary loss for plain bi-encoders)."""
-        return RetrieverOutput(self.embed_questions(question_inputs), self.embed_passages(passage_inputs))
+        return RetrieverOutput(
+            embed_rows(self.embed_questions, question_inputs), embed_rows(self.embed_passages, passage_inputs)
+        )
 
     # --- the shared interface ----------------------------------------------------------------
     @property
@@ -103,6 +109,23 @@ class Retriever(nn.Module):
             return dict(self.tokenizer([t or "" for t in titles], list(texts), padding=True,
                                        truncation="longest_first", max_length=self.config.passage_max_length,
                                        return_tensors="pt"))
+
+    def question_token_rows(self, texts: Sequence[str]) -> dict[str, list[list[int]]]:
+        """What `tokenize_questions` pads: token ids (and masks) per question, unpadded."""
+        return dict(self.tokenizer(list(texts), truncation=True, max_length=self.config.question_max_length))
+
+    def passage_token_rows(self, titles: Sequence[str], texts: Sequence[str]) -> dict[str, list[list[int]]]:
+        """What `tokenize_passages` pads: token ids (and masks) per passage, unpadded."""
+        if len(titles) != len(texts):
+            raise ValueError(f"got {len(titles)} titles for {len(texts)} passage texts")
+        return dict(
+            self.tokenizer(
+                [t or "" for t in titles],
+                list(texts),
+                truncation="longest_first",
+                max_length=self.config.passage_max_length,
+            )
+        )
 
     @property
     def device(self) -> torch.device:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import torch
 
 from models.base import Inputs, Retriever
+from models.buckets import Buckets, bucketed
 from storage.atomic import write_parquet_atomic
 
 Passage = tuple[str, str]  # (title, text)
@@ -114,22 +115,38 @@ class MultiSetSampler:
 
 @dataclass
 class Batch:
-    """A tokenized micro-batch: passages are the B positives followed by the hard negatives."""
+    """A tokenized micro-batch: passages are the B positives followed by the hard negatives.
 
-    question_inputs: Inputs
-    passage_inputs: Inputs
+    Either side is one padded block, or `Buckets` of length-sorted rows padded per bucket."""
+
+    question_inputs: Inputs | Buckets
+    passage_inputs: Inputs | Buckets
     positive_index: torch.Tensor
     domain_targets: torch.Tensor | None
     size: int
+    passage_keys: torch.Tensor | None = None  # int64 identity of each passage (equal = same passage)
 
     def to(self, device: torch.device) -> Batch:
         return Batch(
-            {k: v.to(device) for k, v in self.question_inputs.items()},
-            {k: v.to(device) for k, v in self.passage_inputs.items()},
+            _to_device(self.question_inputs, device),
+            _to_device(self.passage_inputs, device),
             self.positive_index.to(device),
             None if self.domain_targets is None else self.domain_targets.to(device),
             self.size,
+            None if self.passage_keys is None else self.passage_keys.to(device),
         )
+
+
+def passage_key(passage: Passage) -> int:
+    """A stable int64 identity of a passage's content (title and text): two copies of the same
+    paragraph under different ids are still the same passage to the loss."""
+    return derived_seed(*passage)
+
+
+def _to_device(inputs: Inputs | Buckets, device: torch.device) -> Inputs | Buckets:
+    if isinstance(inputs, Buckets):
+        return inputs.to(device)
+    return {k: v.to(device) for k, v in inputs.items()}
 
 
 def collate(
@@ -138,10 +155,16 @@ def collate(
     hard_negatives: int,
     seed: int,
     domains: Sequence[str] | None = None,
+    bucket_tokens: int | None = None,
+    bucket_questions: bool = False,
 ) -> Batch:
-    """Tokenize questions and passages; pick up to `hard_negatives` per question (seeded)."""
+    """Tokenize questions and passages; pick up to `hard_negatives` per question (seeded).
+
+    With `bucket_tokens`, passages (and questions, with `bucket_questions`) come as length
+    buckets of at most that many padded tokens (see `models.buckets`)."""
     titles = [e.positive[0] for e in examples]
     texts = [e.positive[1] for e in examples]
+    keys = [passage_key(e.positive) for e in examples]
     rng = np.random.default_rng(seed)
     for example in examples:
         pool = example.hard_negatives
@@ -149,6 +172,7 @@ def collate(
             take = rng.permutation(len(pool))[:hard_negatives]
             titles.extend(pool[i][0] for i in take)
             texts.extend(pool[i][1] for i in take)
+            keys.extend(passage_key(pool[i]) for i in take)
     targets = None
     if domains is not None:
         column = {d: i for i, d in enumerate(domains)}
@@ -157,13 +181,22 @@ def collate(
             for domain in example.domains:
                 if domain in column:
                     targets[row, column[domain]] = 1.0
-    return Batch(
-        retriever.tokenize_questions([e.question for e in examples]),
-        retriever.tokenize_passages(titles, texts),
-        torch.arange(len(examples)),
-        targets,
-        len(examples),
-    )
+    questions = [e.question for e in examples]
+    tokenizer = retriever.tokenizer
+    if bucket_tokens and bucket_questions:
+        question_inputs: Inputs | Buckets = bucketed(
+            retriever.question_token_rows(questions), tokenizer, bucket_tokens
+        )
+    else:
+        question_inputs = retriever.tokenize_questions(questions)
+    if bucket_tokens:
+        passage_inputs: Inputs | Buckets = bucketed(
+            retriever.passage_token_rows(titles, texts), tokenizer, bucket_tokens
+        )
+    else:
+        passage_inputs = retriever.tokenize_passages(titles, texts)
+    return Batch(question_inputs, passage_inputs, torch.arange(len(examples)), targets, len(examples),
+                 torch.tensor(keys, dtype=torch.int64))  # fmt: skip
 
 
 EXAMPLE_SCHEMA = pa.schema(

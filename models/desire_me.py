@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional
 
 from models.base import Inputs, Retriever, RetrieverOutput, freeze
+from models.buckets import Buckets, embed_rows
 from models.config import DESIRE_ME_ARCHS, RetrieverConfig
 from models.losses import domain_bce
 
@@ -132,10 +133,12 @@ class DesireMeRetriever(Retriever):
         return self.base.embed_passages(inputs)
 
     def forward(
-        self, question_inputs: Inputs, passage_inputs: Inputs, domain_targets: torch.Tensor | None = None
+        self, question_inputs: Inputs, passage_inputs: Inputs | Buckets, domain_targets: torch.Tensor | None = None
     ) -> RetrieverOutput:
+        """Questions come as one padded block (the random gate hashes each row's tokens);
+        passages may come in length buckets."""
         questions, logits = self.specialize(self._base_questions(question_inputs), question_inputs)
-        passages = self.embed_passages(passage_inputs)
+        passages = embed_rows(self.embed_passages, passage_inputs)
         if domain_targets is None:
             raise ValueError("DESIRE-ME training needs domain targets for the gating BCE")
         bce = domain_bce(logits, domain_targets)

@@ -7,6 +7,10 @@
   gradient of the contrastive loss with the other side held fixed, at half weight.
 - `flipped_contrastive_loss`: thesis 5.1 "flip": for each positive passage, the NLL of its own
   question among the batch's questions (a passage-side discriminator).
+- `exclude` (every objective): score entries that must not count as negatives, e.g. another
+  copy of a question's own positive passage in the batch (`duplicate_positive_mask`). Two
+  questions about the same paragraph, or a hard negative that is another question's positive,
+  would otherwise teach the model to push a question away from its own answer passage.
 - `routing_entropy`: TASER eq. 5 on the mean routing distribution of each specialized block.
   The paper adds the regulariser "to avoid routing all inputs to the same expert"; that is the
   effect of *raising* the entropy of the mean distribution, so `TaserRetriever` adds
@@ -31,10 +35,24 @@ def _targets(questions: torch.Tensor, positive_index: torch.Tensor | None) -> to
 
 
 def _nll(
-    questions: torch.Tensor, passages: torch.Tensor, targets: torch.Tensor, temperature: float
+    questions: torch.Tensor,
+    passages: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     scores = (questions @ passages.transpose(0, 1)).float() / temperature
+    if exclude is not None:
+        scores = scores.masked_fill(exclude, float("-inf"))
     return functional.cross_entropy(scores, targets)
+
+
+def duplicate_positive_mask(passage_keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(questions, passages) True where passage j is another copy of question i's positive:
+    the same key as its target, at another column."""
+    same = passage_keys.unsqueeze(0) == passage_keys[targets].unsqueeze(1)
+    same[torch.arange(targets.shape[0], device=targets.device), targets] = False
+    return same
 
 
 def contrastive_loss(
@@ -42,9 +60,10 @@ def contrastive_loss(
     passages: torch.Tensor,
     positive_index: torch.Tensor | None = None,
     temperature: float = 1.0,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """NLL of passage `positive_index[i]` for question i among all `passages` (default: i)."""
-    return _nll(questions, passages, _targets(questions, positive_index), temperature)
+    return _nll(questions, passages, _targets(questions, positive_index), temperature, exclude)
 
 
 def stop_gradient_loss(
@@ -52,10 +71,11 @@ def stop_gradient_loss(
     passages: torch.Tensor,
     positive_index: torch.Tensor | None = None,
     temperature: float = 1.0,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     targets = _targets(questions, positive_index)
-    return 0.5 * _nll(questions.detach(), passages, targets, temperature) + 0.5 * _nll(
-        questions, passages.detach(), targets, temperature
+    return 0.5 * _nll(questions.detach(), passages, targets, temperature, exclude) + 0.5 * _nll(
+        questions, passages.detach(), targets, temperature, exclude
     )
 
 
@@ -64,12 +84,15 @@ def flipped_contrastive_loss(
     passages: torch.Tensor,
     positive_index: torch.Tensor | None = None,
     temperature: float = 1.0,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Each positive passage must pick its own question among the batch's questions."""
+    """Each positive passage must pick its own question among the batch's questions; with
+    `exclude`, questions whose positive is the same passage are not its negatives."""
     targets = _targets(questions, positive_index)
     positives = passages[targets]
     own = torch.arange(questions.shape[0], device=questions.device)
-    return _nll(positives, questions, own, temperature)
+    shared = exclude[:, targets] if exclude is not None else None  # question i's positive is question j's
+    return _nll(positives, questions, own, temperature, shared)
 
 
 def objective(name: str) -> Callable[..., torch.Tensor]:

@@ -30,6 +30,7 @@ from transformers import PreTrainedTokenizerBase
 
 from models.backbone import pool
 from models.base import Inputs, Retriever, RetrieverOutput
+from models.buckets import Buckets, embed_rows
 from models.config import TASER_ARCHS, RetrieverConfig, TaserConfig
 from models.losses import routing_entropy
 
@@ -190,11 +191,16 @@ class TaserRetriever(Retriever):
         return self._embed(inputs, "passage")
 
     def forward(
-        self, question_inputs: Inputs, passage_inputs: Inputs, domain_targets: torch.Tensor | None = None
+        self,
+        question_inputs: Inputs | Buckets,
+        passage_inputs: Inputs | Buckets,
+        domain_targets: torch.Tensor | None = None,
     ) -> RetrieverOutput:
+        # Each encoder call (a bucket, too) records its blocks' routing in layer order, which is
+        # what `routing_entropy` expects; the entropy is of the mean over every routed row.
         self.context.probabilities = []
-        questions = self.embed_questions(question_inputs)
-        passages = self.embed_passages(passage_inputs)
+        questions = embed_rows(self.embed_questions, question_inputs)
+        passages = embed_rows(self.embed_passages, passage_inputs)
         probabilities, self.context.probabilities = self.context.probabilities, []
         if not probabilities:
             return RetrieverOutput(questions, passages)

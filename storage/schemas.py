@@ -127,6 +127,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("lr", pa.float64()),
             ("examples_per_s", pa.float64()),
             ("elapsed_s", pa.float64()),
+            ("cpu_s", pa.float64()),  # training process CPU seconds (user + system), resumes included
             ("created_at", pa.timestamp("us", tz="UTC")),
         ]
     ),

@@ -74,3 +74,32 @@ def test_domain_bce_matches_binary_cross_entropy():
         targets * torch.sigmoid(logits).log() + (1 - targets) * (1 - torch.sigmoid(logits)).log()
     ).mean()
     torch.testing.assert_close(domain_bce(logits, targets), expected)
+
+
+def test_copies_of_a_questions_positive_are_not_its_negatives():
+    from models.losses import duplicate_positive_mask
+
+    # Questions 0 and 1 share a paragraph (keys 7); question 2's hard negative (column 4) is
+    # question 0's positive too.
+    keys = torch.tensor([7, 7, 9, 3, 7, 5])
+    targets = torch.tensor([0, 1, 2])
+    exclude = duplicate_positive_mask(keys, targets)
+    assert exclude.tolist() == [
+        [False, True, False, False, True, False],
+        [True, False, False, False, True, False],
+        [False, False, False, False, False, False],
+    ]
+    q, p = _embeddings(2)
+    scores = q @ p.T
+    kept = [[j for j in range(6) if not exclude[i, j]] for i in range(3)]
+    expected = -torch.stack([scores[i, kept[i]].log_softmax(0)[kept[i].index(i)] for i in range(3)]).mean()
+    torch.testing.assert_close(contrastive_loss(q, p, targets, 1.0, exclude), expected)
+    # Flipped: passage 0 must pick question 0 among the questions; question 1 has the same
+    # positive, so it is no negative of passage 0 (and vice versa).
+    positives = p[targets]
+    flipped_scores = positives @ q.T
+    drop = {0: [1], 1: [0], 2: []}
+    expected_flipped = -torch.stack([
+        flipped_scores[i, [j for j in range(3) if j not in drop[i]]].log_softmax(0)[
+            [j for j in range(3) if j not in drop[i]].index(i)] for i in range(3)]).mean()  # fmt: skip
+    torch.testing.assert_close(flipped_contrastive_loss(q, p, targets, 1.0, exclude), expected_flipped)

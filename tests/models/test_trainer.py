@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from models.cpu_features import cpu_has_bf16_units
 from models.data import MultiSetSampler
 from models.dev_eval import InMemoryDevEvaluator
 from models.retriever import create_retriever, load_retriever
@@ -152,7 +153,8 @@ def test_thesis_objectives_train(tiny_checkpoint, toy_examples, tmp_path, object
 
 def test_amp_modes_per_device():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert amp_dtype("auto", cpu) is None  # full precision by default: results independent of the CPU
+    # "auto" on CPU: bf16 where the CPU has bf16 units, else full precision (test_training_costs)
+    assert amp_dtype("auto", cpu) is (torch.bfloat16 if cpu_has_bf16_units() else None)
     assert amp_dtype("none", cpu) is None and amp_dtype("none", cuda) is None
     assert amp_dtype("bf16", cpu) is torch.bfloat16
     assert amp_dtype("bf16", cuda) is torch.bfloat16

@@ -194,3 +194,26 @@ def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_ch
     steps = sorted(log.message for log in logs if log.message.startswith("train sde: "))
     assert len(steps) == 3, steps  # steps 1 and 2, and the final record: rank 0 only
     assert "ETA" in steps[0] and "loss=" in steps[0] and "lr=" in steps[0]
+
+
+def test_speed_options_reach_the_trainer_snapshots_and_costs_are_kept(cli, tiny_checkpoint, tmp_path):
+    root = tmp_path / "ws"
+    _fill_workspace(root)
+    common = ["--workspace", str(root), "train", "--arch", "sde", "--base", tiny_checkpoint, "--train", "toy:train",
+              "--model-id", "fast", "--max-steps", "2", "--batch-size", "3", "--amp", "none"]  # fmt: skip
+    snapshots = tmp_path / "snapshots"
+    cli(*common, "--threads", "1", "--bucket-tokens", "64", "--grad-cache", "--mask-duplicates",
+        "--snapshot-every", "1", "--snapshot-dir", str(snapshots))  # fmt: skip
+    assert sorted(p.name for p in snapshots.iterdir()) == ["step-0000001", "step-0000002"]
+    assert json.loads((snapshots / "step-0000002" / "snapshot.json").read_text())["step"] == 2
+    ws = Workspace.resolve(root)
+    config = json.loads(ws.sql("SELECT config FROM models WHERE model_id = 'fast'").to_pylist()[0]["config"])
+    training = config["training"]
+    assert (training["bucket_tokens"], training["grad_cache"], training["mask_duplicates"]) == (64, True, True)
+    assert config["cpu_s"] > 0 and config["elapsed_s"] > 0
+    log = ws.sql("SELECT step, cpu_s FROM training_log WHERE model_id = 'fast' ORDER BY step").to_pylist()
+    assert log[-1]["step"] == 2 and log[-1]["cpu_s"] > 0
+    # Options that change the arithmetic are part of the stage: without them it trains again.
+    again = cli(*common, "--threads", "1")
+    assert "no-op" not in again.output
+    assert "no-op" in cli(*common, "--threads", "2").output  # threads only change the speed
