@@ -136,7 +136,10 @@ class _TextsWithMissing(dict):
 
 
 def _plot_path(ws: Workspace, name: str) -> Path:
-    return ws.plots_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.png"
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    if len(slug) > 150:  # comparing many long run names would pass the file system's 255-byte limit
+        slug = f"{slug[:130]}-{fingerprint(slug)[:16]}"
+    return ws.plots_dir / f"{slug}.png"
 
 
 def _write_png(path: Path, png: bytes) -> None:

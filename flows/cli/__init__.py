@@ -22,6 +22,8 @@ VERB_MODULES = [
     "demo",
     "categories",
     "serve",
+    "recipe",
+    "experiment",
 ]
 
 for _name in VERB_MODULES:

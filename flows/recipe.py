@@ -1,0 +1,394 @@
+"""`odqa train-rounds`: TASER's training recipe (appendix B, after DPR) as one resumable flow.
+
+Round 1 trains on BM25 hard negatives (P1, DPR's recipe) plus in-batch negatives. Every later
+round r mines P_r with round r-1's model (its top `mine_depth` minus gold and answer-bearing
+passages) and trains from the base checkpoint again on P1 u P_r (single-set) or P_r
+(multi-set). After each round the round's model is indexed and evaluated on the `evaluate`
+sets (R@K over the whole corpus), and the round's figures go to the terminal, the run's logs
+and the `metrics` table (run ``train-rounds:<model id>``, group ``round N``).
+
+Then the hybrid weight is tuned on training questions held out before round 1 (TASER App. D;
+never on the evaluation sets), and the last model is evaluated dense and hybrid, beside BM25.
+
+Where things live (see storage/experiments.py): the recipe trains and mines on its own copies
+of the training splits (``<split>-fit-<model id>-<key>``, the held-out part
+``<split>-tune-<model id>-<key>``; the key hashes the settings), so mined negatives never
+leak into the user's split or into another recipe. Round r's model is ``<model id>-round<r>``.
+
+Resuming: a finished round commits its record (stage ``train-rounds:<model id>:round<r>``)
+with its metrics in one transaction. The same command after a kill recognises finished rounds
+from that record and the registered model and goes on at the first unfinished one, whose own
+stages (negatives, training checkpoints, index, runs) resume or no-op as they always do. More
+rounds than before continue from the last finished one; other settings start a fresh recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+from prefect import flow, task
+
+from flows.console import tell
+from flows.runtime import stage_logger
+from pipelines.evaluation.experiment_table import k_order
+from pipelines.evaluation.metrics import DEFAULT_KS
+from storage import Workspace
+from storage.experiments import (
+    RECIPE,
+    final_stage,
+    fit_split,
+    model_is_registered,
+    negatives_summary,
+    overall_metrics,
+    round_model,
+    round_stage,
+    run_name,
+    splits_source,
+    splits_stage,
+    tune_split,
+)
+from storage.fingerprint import fingerprint
+from storage.schemas import SCHEMAS
+
+MODES = ("single-set", "multi-set")
+
+
+# --- reports ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingSplit:
+    """A training set of the recipe: the user's split and the recipe's copies of it."""
+
+    dataset: str
+    split: str
+    weight: float
+    fit: str  # split name of the copy trained and mined on
+    tune: str  # split name of the held-out copy (empty when nothing is held out)
+    fit_questions: int
+    tune_questions: int
+
+
+@dataclass(frozen=True)
+class Negatives:
+    """The hard negatives a round trained on, for one training split."""
+
+    dataset: str
+    split: str  # the recipe's copy
+    source: str  # "bm25", or the model id that mined them
+    questions: int
+    mean_per_question: float
+    without_negatives: int
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    round: int
+    model_id: str
+    negatives_from: str  # "bm25" or the previous round's model id
+    negatives: list[Negatives]
+    recall: dict[str, dict[str, float]]  # "dataset:split" -> metric -> value, the round's model
+    parameters: int
+    seconds: float
+    resumed: bool = False  # recognised as finished from the workspace, not recomputed
+
+    @classmethod
+    def from_record(cls, report: dict[str, Any]) -> RoundReport:
+        recall = {name: dict(sorted(values.items(), key=lambda kv: k_order(kv[0])))
+                  for name, values in report["recall"].items()}  # the record's JSON sorts keys as text
+        values = {**report, "negatives": [Negatives(**n) for n in report["negatives"]], "recall": recall,
+                  "resumed": True}  # fmt: skip
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RetrieverScores:
+    """One retriever of the recipe's end on one evaluation set."""
+
+    retriever: str  # "dense", "hybrid" or "bm25"
+    run: str
+    dataset: str
+    split: str
+    recall: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RecipeReport:
+    model_id: str  # the last round's model
+    arch: str
+    parameters: int
+    splits: list[TrainingSplit]
+    rounds: list[RoundReport]
+    alpha: float | None  # tuned hybrid weight (None without hybrid)
+    tuned_on: list[str]  # the held-out question sets alpha was tuned on
+    final: list[RetrieverScores] = field(default_factory=list)
+
+    def runs(self, retriever: str) -> dict[tuple[str, str], str]:
+        """(dataset, split) -> run name of one retriever of the recipe's end."""
+        return {(s.dataset, s.split): s.run for s in self.final if s.retriever == retriever}
+
+
+# --- the held-out copies -----------------------------------------------------------------------
+
+
+@task(name="train-rounds-splits")
+def derive_splits_task(workspace: str, model_id: str, key: str, dataset: str, split: str, weight: float,
+                       holdout: float, seed: int) -> TrainingSplit:  # fmt: skip
+    """Write the recipe's copies of one training split (a no-op when they are current)."""
+    from flows.retrieval import load_questions, questions_fingerprint
+    from pipelines.questions.holdout import split_holdout
+
+    ws = Workspace.resolve(workspace)
+    columns = SCHEMAS["questions"].names
+    fit, tune = fit_split(split, model_id, key), tune_split(split, model_id, key)
+    stage = splits_stage(model_id, dataset, split)
+    stage_fp = fingerprint(stage, questions_fingerprint(ws, dataset, split, columns), fit, tune, holdout, seed)
+    if ws.stage_is_current(stage, stage_fp):
+        return TrainingSplit(**ws.stage_record(stage).report)
+    parts = split_holdout(load_questions(ws, dataset, split, columns), fit, tune, holdout, seed)
+    result = TrainingSplit(dataset, split, weight, fit, tune if parts.tune.num_rows else "", parts.fit.num_rows,
+                           parts.tune.num_rows)  # fmt: skip
+    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        tx.replace_source("questions", splits_source(model_id, dataset, split))
+        tx.write("questions", pa.concat_tables([parts.fit, parts.tune]), source=splits_source(model_id, dataset, split))
+        tx.report = asdict(result)
+    return result
+
+
+# --- one round ---------------------------------------------------------------------------------
+
+
+def _negatives(ws: Workspace, splits: list[TrainingSplit], source: str) -> list[Negatives]:
+    found = []
+    for s in splits:
+        questions, mean, without = negatives_summary(ws, s.dataset, s.fit)
+        found.append(Negatives(s.dataset, s.fit, source, questions, round(mean, 3), without))
+    return found
+
+
+def _evaluate_model(ws: Workspace, model: str, evaluate: list[tuple[str, str]], ks: list[int], k: int,
+                    index_type: str, retriever: str = "dense") -> list[RetrieverScores]:  # fmt: skip
+    """Runs of a dense or hybrid retriever on the evaluation sets, evaluated into `metrics`."""
+    from flows.dense import dense_retrieve_flow
+    from flows.evaluation import evaluate_flow
+
+    prefix = model if retriever == "dense" else f"{model}-{retriever}"
+    scores = []
+    for dataset, split in evaluate:
+        run = run_name(prefix, dataset, split)
+        dense_retrieve_flow(dataset=dataset, split=split, run=run, model=model, retriever=retriever, k=k,
+                            index_type=index_type, workspace=str(ws.root))  # fmt: skip
+        evaluate_flow(run=run, ks=ks, workspace=str(ws.root))
+        scores.append(RetrieverScores(retriever, run, dataset, split, _recall(ws, run, ks)))
+    return scores
+
+
+def _recall(ws: Workspace, run: str, ks: list[int]) -> dict[str, float]:
+    values = overall_metrics(ws, run)
+    return {f"R@{k}": round(values[f"R@{k}"], 4) for k in ks if f"R@{k}" in values}
+
+
+def _round_rows(model_id: str, report: RoundReport) -> list[dict[str, Any]]:
+    """The round's `metrics` rows: R@K of its model per evaluation set, its negatives per split."""
+    created = datetime.now(timezone.utc)
+    config = json.dumps({"model": report.model_id, "negatives_from": report.negatives_from})
+    group = f"round {report.round}"
+    rows = []
+    for name, values in report.recall.items():
+        dataset, split = name.split(":", 1)
+        rows += [{"dataset": dataset, "split": split, "metric": metric, "value": value} for metric, value in values.items()]
+    for n in report.negatives:
+        rows += [{"dataset": n.dataset, "split": n.split, "metric": "hard_negatives_per_question",
+                  "value": n.mean_per_question},
+                 {"dataset": n.dataset, "split": n.split, "metric": "questions_without_negatives",
+                  "value": float(n.without_negatives)}]  # fmt: skip
+    return [{**row, "run": f"{RECIPE}:{model_id}", "group": group, "created_at": created, "config": config}
+            for row in rows]  # fmt: skip
+
+
+def _run_round(ws: Workspace, number: int, stage_fp: str, model_id: str, splits: list[TrainingSplit],
+               train_args: dict[str, Any], mining: dict[str, Any], evaluate: list[tuple[str, str]], ks: list[int],
+               k: int, index_type: str) -> RoundReport:  # fmt: skip
+    """Negatives (BM25's, or mined with the previous round's model), training, index, evaluation;
+    then the round's record and metrics rows in one commit."""
+    from flows.dense import index_build_flow, mine_flow
+    from flows.retrieval import bm25_negatives_flow
+    from flows.training import train_flow
+
+    started = time.perf_counter()
+    root = str(ws.root)
+    if number == 1:
+        source = "bm25"
+        for s in splits:
+            bm25_negatives_flow(dataset=s.dataset, split=s.fit, count=mining["bm25_negatives"], workspace=root)
+    else:
+        source = round_model(model_id, number - 1)
+        for s in splits:
+            mine_flow(model=source, dataset=s.dataset, split=s.fit, mode=mining["mode"], depth=mining["depth"],
+                      count=mining["count"], index_type=index_type, workspace=root)  # fmt: skip
+    negatives = _negatives(ws, splits, source)
+    model = round_model(model_id, number)
+    trained = train_flow(model_id=model, train=[f"{s.dataset}:{s.fit}:{s.weight:g}" for s in splits],
+                         workspace=root, **train_args)  # fmt: skip
+    index_build_flow(model=model, index_type=index_type, workspace=root)
+    scores = _evaluate_model(ws, model, evaluate, ks, k, index_type)
+    report = RoundReport(number, model, source, negatives, {f"{s.dataset}:{s.split}": s.recall for s in scores},
+                         int(trained["parameters"]), round(time.perf_counter() - started, 1))  # fmt: skip
+    stage = round_stage(model_id, number)
+    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        tx.replace_source("metrics", stage)
+        tx.write("metrics", _round_rows(model_id, report), source=stage)
+        tx.report = asdict(report)
+    return report
+
+
+def round_line(report: RoundReport, rounds: int) -> str:
+    """One terminal line per round: what it trained on and how its model retrieves."""
+    what = "BM25 negatives" if report.negatives_from == "bm25" else f"negatives mined by {report.negatives_from}"
+    mean = ", ".join(f"{n.mean_per_question:g}" for n in report.negatives)
+    recall = "; ".join(f"{name} " + " ".join(f"{m} {v:.3f}" for m, v in values.items())
+                       for name, values in report.recall.items())  # fmt: skip
+    status = "done before (recognised from the workspace)" if report.resumed else f"{report.seconds:.0f}s"
+    return (f"round {report.round}/{rounds}: {report.model_id} on {what} ({mean} per question); "
+            f"{recall} [{status}]")  # fmt: skip
+
+
+# --- the end: hybrid weight and final figures ----------------------------------------------------
+
+
+def _finish(ws: Workspace, model_id: str, final_model: str, splits: list[TrainingSplit], evaluate: list[tuple[str, str]],
+            ks: list[int], k: int, index_type: str, hybrid: bool, tune_k: int, base_fp: str,
+            rounds: int) -> tuple[float | None, list[str], list[RetrieverScores]]:  # fmt: skip
+    """Tune alpha on the held-out training questions, then dense, hybrid and BM25 runs on the
+    evaluation sets; their figures go to `metrics` (group ``final <retriever>``)."""
+    from flows.dense import tune_hybrid_flow
+    from flows.evaluation import evaluate_flow
+    from flows.retrieval import retrieve_flow
+
+    root = str(ws.root)
+    alpha, tuned_on = None, [f"{s.dataset}:{s.tune}" for s in splits if s.tune]
+    scores = _evaluate_model(ws, final_model, evaluate, ks, k, index_type)
+    if hybrid:
+        alpha = float(tune_hybrid_flow(model=final_model, dev=tuned_on, k=tune_k, index_type=index_type,
+                                       workspace=root)["alpha"])  # fmt: skip
+        scores += _evaluate_model(ws, final_model, evaluate, ks, k, index_type, retriever="hybrid")
+    for dataset, split in evaluate:
+        run = run_name("bm25", dataset, split)
+        retrieve_flow(dataset=dataset, split=split, run=run, k=k, workspace=root)
+        evaluate_flow(run=run, ks=ks, workspace=root)
+        scores.append(RetrieverScores("bm25", run, dataset, split, _recall(ws, run, ks)))
+    stage = final_stage(model_id)
+    values = [(s.retriever, s.run, s.dataset, s.split, sorted(s.recall.items())) for s in scores]
+    stage_fp = fingerprint(stage, base_fp, rounds, alpha, tuned_on, values)
+    if not ws.stage_is_current(stage, stage_fp):
+        created = datetime.now(timezone.utc)
+        config = json.dumps({"model": final_model, "alpha": alpha, "tuned_on": tuned_on})
+        rows = [{"run": f"{RECIPE}:{model_id}", "dataset": s.dataset, "split": s.split, "metric": metric,
+                 "value": value, "group": f"final {s.retriever}", "created_at": created, "config": config}
+                for s in scores for metric, value in s.recall.items()]  # fmt: skip
+        with ws.transaction(stage, fingerprint=stage_fp) as tx:
+            tx.replace_source("metrics", stage)
+            tx.write("metrics", rows, source=stage)
+            tx.report = {"model": final_model, "alpha": alpha, "tuned_on": tuned_on}
+    return alpha, tuned_on, scores
+
+
+# --- the flow ----------------------------------------------------------------------------------
+
+
+@flow(name="train-rounds")
+def train_rounds_flow(
+    arch: str,
+    base: str,
+    train: list[str],
+    model_id: str,
+    evaluate: list[str],
+    rounds: int = 2,
+    mode: str = "single-set",
+    max_steps: int | None = None,
+    epochs: int | None = None,
+    batch_size: int = 16,
+    lr: float = 2e-5,
+    hard_negatives: int = 1,
+    routing: str = "det",
+    amp: str = "auto",
+    seed: int = 0,
+    bm25_negatives: int = 1,
+    mine_depth: int = 100,
+    mine_count: int = 30,
+    holdout: float = 0.1,
+    hybrid: bool = True,
+    tune_k: int = 20,
+    ks: list[int] | None = None,
+    k: int = 100,
+    index_type: str = "flat",
+    workspace: str | None = None,
+) -> RecipeReport:
+    """TASER's recipe: BM25 negatives, train, mine with the trained model, train again (ROUNDS
+    rounds in all); each round's model evaluated on EVALUATE (NAME:SPLIT); then the hybrid weight
+    tuned on `holdout` of the TRAIN questions (held out from training) and the last model
+    evaluated dense, hybrid and beside BM25. Resumes at the first unfinished round."""
+    from flows.retrieval import bm25_index_flow, questions_fingerprint
+    from flows.training import base_identity, parse_dataset_spec, resolve_base
+
+    log = stage_logger()
+    ws = Workspace.resolve(workspace)
+    ks = sorted(set(ks or DEFAULT_KS))
+    specs = [parse_dataset_spec(s) for s in train]
+    evaluated = [parse_dataset_spec(s, with_weight=False)[:2] for s in evaluate]
+    _check(rounds, mode, specs, evaluated, holdout, hybrid, model_id, max_steps, epochs)
+    train_args = {"arch": arch, "base": base, "max_steps": max_steps, "epochs": epochs, "batch_size": batch_size,
+                  "lr": lr, "hard_negatives": hard_negatives, "routing": routing, "amp": amp, "seed": seed}  # fmt: skip
+    mining = {"mode": mode, "depth": mine_depth, "count": mine_count, "bm25_negatives": bm25_negatives}
+    sources = [questions_fingerprint(ws, name, split, SCHEMAS["questions"].names) for name, split, _ in specs]
+    # Everything a round's model depends on; a change gives fresh copies and fresh rounds.
+    base_fp = fingerprint(RECIPE, model_id, train_args, base_identity(resolve_base(ws, base)), specs, mining,
+                          holdout, index_type, sources, ws.table_version("passages"))  # fmt: skip
+    key = base_fp[:8]
+    splits = [derive_splits_task(str(ws.root), model_id, key, name, split, weight, holdout, seed)
+              for name, split, weight in specs]  # fmt: skip
+    bm25_index_flow(workspace=str(ws.root))
+    reports: list[RoundReport] = []
+    for number in range(1, rounds + 1):
+        stage = round_stage(model_id, number)
+        stage_fp = fingerprint(stage, base_fp)
+        if ws.stage_is_current(stage, stage_fp) and model_is_registered(ws, round_model(model_id, number)):
+            report = RoundReport.from_record(ws.stage_record(stage).report)
+        else:
+            report = _run_round(ws, number, stage_fp, model_id, splits, train_args, mining, evaluated, ks, k,
+                                index_type)  # fmt: skip
+        reports.append(report)
+        tell("%s", round_line(report, rounds))
+    final_model = reports[-1].model_id
+    alpha, tuned_on, final = _finish(ws, model_id, final_model, splits, evaluated, ks, k, index_type, hybrid, tune_k,
+                                     base_fp, rounds)  # fmt: skip
+    result = RecipeReport(final_model, arch, reports[-1].parameters, splits, reports, alpha, tuned_on, final)
+    log.info("train-rounds %s: %s", model_id, asdict(result))
+    return result
+
+
+def _check(rounds: int, mode: str, specs: list[tuple[str, str, float]], evaluated: list[tuple[str, str]],
+           holdout: float, hybrid: bool, model_id: str, max_steps: int | None, epochs: int | None) -> None:  # fmt: skip
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not specs:
+        raise ValueError("give at least one training set NAME:SPLIT[:WEIGHT]")
+    if not evaluated:
+        raise ValueError("give at least one evaluation set NAME:SPLIT")
+    if (max_steps is None) == (epochs is None):
+        raise ValueError("give exactly one of max_steps or epochs")
+    if "/" in model_id or model_id.startswith("."):
+        raise ValueError(f"model id {model_id!r} must be a plain name (no '/', not starting with '.')")
+    overlap = sorted({f"{n}:{s}" for n, s, _ in specs} & {f"{n}:{s}" for n, s in evaluated})
+    if overlap:
+        raise ValueError(f"{overlap} is both a training and an evaluation set; evaluate on questions not trained on")
+    if hybrid and holdout <= 0:
+        raise ValueError("the hybrid weight is tuned on held-out training questions: give a holdout fraction > 0 "
+                         "(or no hybrid)")  # fmt: skip
