@@ -1,5 +1,6 @@
 """Prefect flows for dense retrieval: encode, index, retrieve (dense / hybrid), tune the hybrid
-weight, search, mine hard negatives in rounds, query-side fine-tuning and the t-SNE probe.
+weight, search, mine hard negatives, query-side fine-tuning and the t-SNE probe. (Training in
+rounds with mined negatives, TASER's recipe, is flows/recipe.py.)
 
 Where things live: ``<workspace>/indexes/dense/<model key>/`` holds ``embeddings/`` (the
 sharded corpus vectors with their manifest), one folder per index type (``flat``, ``hnsw``,
@@ -684,51 +685,6 @@ def _mine(ws: Workspace, model: str, dataset: str, split: str, questions: pa.Tab
     retriever = _load(ref.path)
     index = open_model_index(ws, ref, options["index_type"], retriever)
     return mine_questions(ws, retriever, index, questions, depth, count, match_mode(dataset, "auto"))
-
-
-@flow(name="hard-negative-rounds")
-def negative_rounds_flow(
-    arch: str,
-    base: str,
-    train: list[str],
-    model_id: str,
-    mode: str = "single-set",
-    dev: str | None = None,
-    epochs: int | None = None,
-    max_steps: int | None = None,
-    batch_size: int = 16,
-    lr: float = 2e-5,
-    hard_negatives: int = 1,
-    depth: int = 100,
-    count: int = 30,
-    index_type: str = "flat",
-    workspace: str | None = None,
-    runner: RunnerSettings | None = None,
-) -> dict[str, Any]:
-    """TASER appendix B: round 1 trains on BM25 + in-batch negatives (P1); its model mines P2 for
-    every training split (top `depth` of its own index); round 2 trains the final model (MODEL_ID)
-    on P1 u P2 (single-set) or P2 (multi-set). The round-1 model is registered as
-    ``<MODEL_ID>-round1``."""
-    from flows.retrieval import bm25_index_flow, bm25_negatives_flow
-    from flows.training import parse_dataset_spec, train_flow
-
-    ws = Workspace.resolve(workspace)
-    specs = [parse_dataset_spec(s) for s in train]
-    common = {"arch": arch, "base": base, "train": train, "dev": dev, "epochs": epochs, "max_steps": max_steps,
-              "batch_size": batch_size, "lr": lr, "hard_negatives": hard_negatives, "workspace": str(ws.root)}  # fmt: skip
-    bm25_index_flow(workspace=str(ws.root))
-    for name, split, _ in specs:
-        if not _negatives_file(ws, f"p1-{name}-{split}").is_file():
-            bm25_negatives_flow(dataset=name, split=split, count=1, workspace=str(ws.root))
-    round1 = train_flow(model_id=f"{model_id}-round1", **common)
-    index_build_flow(model=f"{model_id}-round1", index_type=index_type, workspace=str(ws.root), runner=runner)
-    mined = [mine_flow(model=f"{model_id}-round1", dataset=name, split=split, mode=mode, depth=depth, count=count,
-                       index_type=index_type, workspace=str(ws.root), runner=runner)
-             for name, split, _ in specs]  # fmt: skip
-    round2 = train_flow(model_id=model_id, **common)
-    return {"round1": round1.get("model_id", f"{model_id}-round1"), "mined": mined, "model": model_id,
-            "round2": round2, "noop": bool(round1.get("noop") and round2.get("noop")
-                                           and all(m["noop"] for m in mined))}  # fmt: skip
 
 
 # --- query-side fine-tuning -----------------------------------------------------------------

@@ -161,7 +161,7 @@ def dual_encoders_experiment_flow(
               "bm25_negatives": bm25_negatives, "mine_depth": mine_depth, "mine_count": mine_count,
               "index_type": index_type}  # fmt: skip
     settings = _settings(base, train, evaluate, ks, **budget)
-    recipes = [_recipe(ws, name, arch, settings, holdout=0.0, hybrid=False) for arch in archs]
+    recipes = [_recipe(ws, name, arch, settings, holdout=0.0, hybrid=False, bm25=False) for arch in archs]
     entries: dict[tuple[str, str], list[Entry]] = {}
     for arch, recipe in zip(archs, recipes, strict=True):
         for where, entry in _dense_entries(recipe, _label(arch)).items():

@@ -163,28 +163,47 @@ def derive_splits_task(workspace: str, model_id: str, key: str, dataset: str, sp
 # --- one round ---------------------------------------------------------------------------------
 
 
-def _negatives(ws: Workspace, splits: list[TrainingSplit], source: str) -> list[Negatives]:
+@dataclass(frozen=True)
+class RecipePlan:
+    """What every step of one recipe call needs (settings resolved, copies made)."""
+
+    workspace: Workspace
+    model_id: str
+    splits: list[TrainingSplit]
+    train_args: dict[str, Any]  # train_flow's parameters, all but model_id/train/workspace
+    mining: dict[str, Any]  # mode, depth, count, bm25_negatives
+    evaluate: list[tuple[str, str]]
+    ks: list[int]
+    k: int
+    index_type: str
+    base_fp: str  # everything a round's model depends on
+
+    @property
+    def root(self) -> str:
+        return str(self.workspace.root)
+
+
+def _negatives(plan: RecipePlan, source: str) -> list[Negatives]:
     found = []
-    for s in splits:
-        questions, mean, without = negatives_summary(ws, s.dataset, s.fit)
+    for s in plan.splits:
+        questions, mean, without = negatives_summary(plan.workspace, s.dataset, s.fit)
         found.append(Negatives(s.dataset, s.fit, source, questions, round(mean, 3), without))
     return found
 
 
-def _evaluate_model(ws: Workspace, model: str, evaluate: list[tuple[str, str]], ks: list[int], k: int,
-                    index_type: str, retriever: str = "dense") -> list[RetrieverScores]:  # fmt: skip
+def _evaluate_model(plan: RecipePlan, model: str, retriever: str = "dense") -> list[RetrieverScores]:
     """Runs of a dense or hybrid retriever on the evaluation sets, evaluated into `metrics`."""
     from flows.dense import dense_retrieve_flow
     from flows.evaluation import evaluate_flow
 
     prefix = model if retriever == "dense" else f"{model}-{retriever}"
     scores = []
-    for dataset, split in evaluate:
+    for dataset, split in plan.evaluate:
         run = run_name(prefix, dataset, split)
-        dense_retrieve_flow(dataset=dataset, split=split, run=run, model=model, retriever=retriever, k=k,
-                            index_type=index_type, workspace=str(ws.root))  # fmt: skip
-        evaluate_flow(run=run, ks=ks, workspace=str(ws.root))
-        scores.append(RetrieverScores(retriever, run, dataset, split, _recall(ws, run, ks)))
+        dense_retrieve_flow(dataset=dataset, split=split, run=run, model=model, retriever=retriever, k=plan.k,
+                            index_type=plan.index_type, workspace=plan.root)  # fmt: skip
+        evaluate_flow(run=run, ks=plan.ks, workspace=plan.root)
+        scores.append(RetrieverScores(retriever, run, dataset, split, _recall(plan.workspace, run, plan.ks)))
     return scores
 
 
@@ -193,11 +212,10 @@ def _recall(ws: Workspace, run: str, ks: list[int]) -> dict[str, float]:
     return {f"R@{k}": round(values[f"R@{k}"], 4) for k in ks if f"R@{k}" in values}
 
 
-def _round_rows(model_id: str, report: RoundReport) -> list[dict[str, Any]]:
+def _round_rows(plan: RecipePlan, report: RoundReport) -> list[dict[str, Any]]:
     """The round's `metrics` rows: R@K of its model per evaluation set, its negatives per split."""
     created = datetime.now(timezone.utc)
     config = json.dumps({"model": report.model_id, "negatives_from": report.negatives_from})
-    group = f"round {report.round}"
     rows = []
     for name, values in report.recall.items():
         dataset, split = name.split(":", 1)
@@ -207,42 +225,41 @@ def _round_rows(model_id: str, report: RoundReport) -> list[dict[str, Any]]:
                   "value": n.mean_per_question},
                  {"dataset": n.dataset, "split": n.split, "metric": "questions_without_negatives",
                   "value": float(n.without_negatives)}]  # fmt: skip
-    return [{**row, "run": f"{RECIPE}:{model_id}", "group": group, "created_at": created, "config": config}
-            for row in rows]  # fmt: skip
+    return [{**row, "run": f"{RECIPE}:{plan.model_id}", "group": f"round {report.round}", "created_at": created,
+             "config": config} for row in rows]  # fmt: skip
 
 
-def _run_round(ws: Workspace, number: int, stage_fp: str, model_id: str, splits: list[TrainingSplit],
-               train_args: dict[str, Any], mining: dict[str, Any], evaluate: list[tuple[str, str]], ks: list[int],
-               k: int, index_type: str) -> RoundReport:  # fmt: skip
+def _run_round(plan: RecipePlan, number: int, stage_fp: str) -> RoundReport:
     """Negatives (BM25's, or mined with the previous round's model), training, index, evaluation;
     then the round's record and metrics rows in one commit."""
     from flows.dense import index_build_flow, mine_flow
-    from flows.retrieval import bm25_negatives_flow
+    from flows.retrieval import bm25_index_flow, bm25_negatives_flow
     from flows.training import train_flow
 
     started = time.perf_counter()
-    root = str(ws.root)
     if number == 1:
         source = "bm25"
-        for s in splits:
-            bm25_negatives_flow(dataset=s.dataset, split=s.fit, count=mining["bm25_negatives"], workspace=root)
+        bm25_index_flow(workspace=plan.root)
+        for s in plan.splits:
+            bm25_negatives_flow(dataset=s.dataset, split=s.fit, count=plan.mining["bm25_negatives"], workspace=plan.root)
     else:
-        source = round_model(model_id, number - 1)
-        for s in splits:
-            mine_flow(model=source, dataset=s.dataset, split=s.fit, mode=mining["mode"], depth=mining["depth"],
-                      count=mining["count"], index_type=index_type, workspace=root)  # fmt: skip
-    negatives = _negatives(ws, splits, source)
-    model = round_model(model_id, number)
-    trained = train_flow(model_id=model, train=[f"{s.dataset}:{s.fit}:{s.weight:g}" for s in splits],
-                         workspace=root, **train_args)  # fmt: skip
-    index_build_flow(model=model, index_type=index_type, workspace=root)
-    scores = _evaluate_model(ws, model, evaluate, ks, k, index_type)
+        source = round_model(plan.model_id, number - 1)
+        for s in plan.splits:
+            mine_flow(model=source, dataset=s.dataset, split=s.fit, mode=plan.mining["mode"],
+                      depth=plan.mining["depth"], count=plan.mining["count"], index_type=plan.index_type,
+                      workspace=plan.root)  # fmt: skip
+    negatives = _negatives(plan, source)
+    model = round_model(plan.model_id, number)
+    trained = train_flow(model_id=model, train=[f"{s.dataset}:{s.fit}:{s.weight:g}" for s in plan.splits],
+                         workspace=plan.root, **plan.train_args)  # fmt: skip
+    index_build_flow(model=model, index_type=plan.index_type, workspace=plan.root)
+    scores = _evaluate_model(plan, model)
     report = RoundReport(number, model, source, negatives, {f"{s.dataset}:{s.split}": s.recall for s in scores},
                          int(trained["parameters"]), round(time.perf_counter() - started, 1))  # fmt: skip
-    stage = round_stage(model_id, number)
-    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+    stage = round_stage(plan.model_id, number)
+    with plan.workspace.transaction(stage, fingerprint=stage_fp) as tx:
         tx.replace_source("metrics", stage)
-        tx.write("metrics", _round_rows(model_id, report), source=stage)
+        tx.write("metrics", _round_rows(plan, report), source=stage)
         tx.report = asdict(report)
     return report
 
@@ -261,40 +278,61 @@ def round_line(report: RoundReport, rounds: int) -> str:
 # --- the end: hybrid weight and final figures ----------------------------------------------------
 
 
-def _finish(ws: Workspace, model_id: str, final_model: str, splits: list[TrainingSplit], evaluate: list[tuple[str, str]],
-            ks: list[int], k: int, index_type: str, hybrid: bool, tune_k: int, base_fp: str,
-            rounds: int) -> tuple[float | None, list[str], list[RetrieverScores]]:  # fmt: skip
-    """Tune alpha on the held-out training questions, then dense, hybrid and BM25 runs on the
-    evaluation sets; their figures go to `metrics` (group ``final <retriever>``)."""
-    from flows.dense import tune_hybrid_flow
+def _dense_scores(plan: RecipePlan, last: RoundReport) -> list[RetrieverScores]:
+    """The last model on the evaluation sets: the figures its round recorded when they cover
+    every set and cut-off asked now, else its runs (made or found current) and evaluations."""
+    wanted = [f"R@{k}" for k in plan.ks]
+    recorded = [last.recall.get(f"{dataset}:{split}", {}) for dataset, split in plan.evaluate]
+    if all(set(wanted) <= set(values) for values in recorded):
+        return [RetrieverScores("dense", run_name(last.model_id, dataset, split), dataset, split,
+                                {m: values[m] for m in wanted})
+                for (dataset, split), values in zip(plan.evaluate, recorded, strict=True)]  # fmt: skip
+    return _evaluate_model(plan, last.model_id)
+
+
+def _bm25_scores(plan: RecipePlan) -> list[RetrieverScores]:
     from flows.evaluation import evaluate_flow
     from flows.retrieval import retrieve_flow
 
-    root = str(ws.root)
-    alpha, tuned_on = None, [f"{s.dataset}:{s.tune}" for s in splits if s.tune]
-    scores = _evaluate_model(ws, final_model, evaluate, ks, k, index_type)
-    if hybrid:
-        alpha = float(tune_hybrid_flow(model=final_model, dev=tuned_on, k=tune_k, index_type=index_type,
-                                       workspace=root)["alpha"])  # fmt: skip
-        scores += _evaluate_model(ws, final_model, evaluate, ks, k, index_type, retriever="hybrid")
-    for dataset, split in evaluate:
+    scores = []
+    for dataset, split in plan.evaluate:
         run = run_name("bm25", dataset, split)
-        retrieve_flow(dataset=dataset, split=split, run=run, k=k, workspace=root)
-        evaluate_flow(run=run, ks=ks, workspace=root)
-        scores.append(RetrieverScores("bm25", run, dataset, split, _recall(ws, run, ks)))
-    stage = final_stage(model_id)
+        retrieve_flow(dataset=dataset, split=split, run=run, k=plan.k, workspace=plan.root)
+        evaluate_flow(run=run, ks=plan.ks, workspace=plan.root)
+        scores.append(RetrieverScores("bm25", run, dataset, split, _recall(plan.workspace, run, plan.ks)))
+    return scores
+
+
+def _finish(plan: RecipePlan, last: RoundReport, hybrid: bool, bm25: bool,
+            tune_k: int) -> tuple[float | None, list[str], list[RetrieverScores]]:  # fmt: skip
+    """Tune alpha on the held-out training questions, then the dense, hybrid and BM25 figures on
+    the evaluation sets; they go to `metrics` (group ``final <retriever>``)."""
+    from flows.dense import tune_hybrid_flow
+    from flows.retrieval import bm25_index_flow
+
+    alpha, tuned_on = None, [f"{s.dataset}:{s.tune}" for s in plan.splits if s.tune]
+    scores = _dense_scores(plan, last)
+    if hybrid or bm25:
+        bm25_index_flow(workspace=plan.root)
+    if hybrid:
+        alpha = float(tune_hybrid_flow(model=last.model_id, dev=tuned_on, k=tune_k, index_type=plan.index_type,
+                                       workspace=plan.root)["alpha"])  # fmt: skip
+        scores += _evaluate_model(plan, last.model_id, retriever="hybrid")
+    if bm25:
+        scores += _bm25_scores(plan)
+    stage = final_stage(plan.model_id)
     values = [(s.retriever, s.run, s.dataset, s.split, sorted(s.recall.items())) for s in scores]
-    stage_fp = fingerprint(stage, base_fp, rounds, alpha, tuned_on, values)
-    if not ws.stage_is_current(stage, stage_fp):
+    stage_fp = fingerprint(stage, plan.base_fp, last.model_id, alpha, tuned_on, values)
+    if not plan.workspace.stage_is_current(stage, stage_fp):
         created = datetime.now(timezone.utc)
-        config = json.dumps({"model": final_model, "alpha": alpha, "tuned_on": tuned_on})
-        rows = [{"run": f"{RECIPE}:{model_id}", "dataset": s.dataset, "split": s.split, "metric": metric,
+        config = json.dumps({"model": last.model_id, "alpha": alpha, "tuned_on": tuned_on})
+        rows = [{"run": f"{RECIPE}:{plan.model_id}", "dataset": s.dataset, "split": s.split, "metric": metric,
                  "value": value, "group": f"final {s.retriever}", "created_at": created, "config": config}
                 for s in scores for metric, value in s.recall.items()]  # fmt: skip
-        with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        with plan.workspace.transaction(stage, fingerprint=stage_fp) as tx:
             tx.replace_source("metrics", stage)
             tx.write("metrics", rows, source=stage)
-            tx.report = {"model": final_model, "alpha": alpha, "tuned_on": tuned_on}
+            tx.report = {"model": last.model_id, "alpha": alpha, "tuned_on": tuned_on}
     return alpha, tuned_on, scores
 
 
@@ -323,6 +361,7 @@ def train_rounds_flow(
     mine_count: int = 30,
     holdout: float = 0.1,
     hybrid: bool = True,
+    bm25: bool = True,
     tune_k: int = 20,
     ks: list[int] | None = None,
     k: int = 100,
@@ -332,13 +371,12 @@ def train_rounds_flow(
     """TASER's recipe: BM25 negatives, train, mine with the trained model, train again (ROUNDS
     rounds in all); each round's model evaluated on EVALUATE (NAME:SPLIT); then the hybrid weight
     tuned on `holdout` of the TRAIN questions (held out from training) and the last model
-    evaluated dense, hybrid and beside BM25. Resumes at the first unfinished round."""
-    from flows.retrieval import bm25_index_flow, questions_fingerprint
+    evaluated dense, hybrid and (`bm25`) beside BM25. Resumes at the first unfinished round."""
+    from flows.retrieval import questions_fingerprint
     from flows.training import base_identity, parse_dataset_spec, resolve_base
 
     log = stage_logger()
     ws = Workspace.resolve(workspace)
-    ks = sorted(set(ks or DEFAULT_KS))
     specs = [parse_dataset_spec(s) for s in train]
     evaluated = [parse_dataset_spec(s, with_weight=False)[:2] for s in evaluate]
     _check(rounds, mode, specs, evaluated, holdout, hybrid, model_id, max_steps, epochs)
@@ -349,10 +387,10 @@ def train_rounds_flow(
     # Everything a round's model depends on; a change gives fresh copies and fresh rounds.
     base_fp = fingerprint(RECIPE, model_id, train_args, base_identity(resolve_base(ws, base)), specs, mining,
                           holdout, index_type, sources, ws.table_version("passages"))  # fmt: skip
-    key = base_fp[:8]
-    splits = [derive_splits_task(str(ws.root), model_id, key, name, split, weight, holdout, seed)
+    splits = [derive_splits_task(str(ws.root), model_id, base_fp[:8], name, split, weight, holdout, seed)
               for name, split, weight in specs]  # fmt: skip
-    bm25_index_flow(workspace=str(ws.root))
+    plan = RecipePlan(ws, model_id, splits, train_args, mining, evaluated, sorted(set(ks or DEFAULT_KS)), k,
+                      index_type, base_fp)  # fmt: skip
     reports: list[RoundReport] = []
     for number in range(1, rounds + 1):
         stage = round_stage(model_id, number)
@@ -360,14 +398,11 @@ def train_rounds_flow(
         if ws.stage_is_current(stage, stage_fp) and model_is_registered(ws, round_model(model_id, number)):
             report = RoundReport.from_record(ws.stage_record(stage).report)
         else:
-            report = _run_round(ws, number, stage_fp, model_id, splits, train_args, mining, evaluated, ks, k,
-                                index_type)  # fmt: skip
+            report = _run_round(plan, number, stage_fp)
         reports.append(report)
         tell("%s", round_line(report, rounds))
-    final_model = reports[-1].model_id
-    alpha, tuned_on, final = _finish(ws, model_id, final_model, splits, evaluated, ks, k, index_type, hybrid, tune_k,
-                                     base_fp, rounds)  # fmt: skip
-    result = RecipeReport(final_model, arch, reports[-1].parameters, splits, reports, alpha, tuned_on, final)
+    alpha, tuned_on, final = _finish(plan, reports[-1], hybrid, bm25, tune_k)
+    result = RecipeReport(reports[-1].model_id, arch, reports[-1].parameters, splits, reports, alpha, tuned_on, final)
     log.info("train-rounds %s: %s", model_id, asdict(result))
     return result
 
