@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from prefect import flow
+from pydantic import BaseModel, Field
 
 from flows.recipe import RecipeReport, train_rounds_flow
 from pipelines.evaluation.experiment_table import (
@@ -119,8 +120,27 @@ def _compare(ws: Workspace, name: str, title: str, reference: str, entries: dict
     return report
 
 
-def _settings(base: str, train: list[str], evaluate: list[str], ks: list[int], **budget: Any) -> dict[str, Any]:
-    return {"base": base, "train": train, "evaluate": evaluate, "ks": ks, **budget}
+class Budget(BaseModel):
+    """How every retriever of an experiment is trained: the same for all of them (a form in the UI)."""
+
+    max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps per training (or epochs)")
+    epochs: int | None = Field(default=None, ge=1, description="Epochs per training (or max_steps)")
+    batch_size: int = Field(default=16, ge=1, description="Questions per batch")
+    lr: float = Field(default=2e-5, gt=0, description="Peak learning rate (AdamW)")
+    hard_negatives: int = Field(default=1, ge=0, description="Hard negatives per question in a batch")
+    amp: str = Field(default="auto", description="Mixed precision: auto, bf16, fp16 or none")
+    seed: int = Field(default=0, description="Seed of training (and of the hold-out)")
+    mode: str = Field(default="single-set", description="Rounds after the first: single-set (P1 u P_r) or multi-set")
+    bm25_negatives: int = Field(default=1, ge=1, le=30, description="BM25 hard negatives per question (P1)")
+    mine_depth: int = Field(default=100, ge=1, description="Ranking depth mining looks at")
+    mine_count: int = Field(default=30, ge=1, description="Mined negatives kept per question")
+    index_type: str = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
+
+
+def _settings(base: str, train: list[str], evaluate: list[str], ks: list[int], rounds: int,
+              budget: Budget) -> dict[str, Any]:  # fmt: skip
+    """The recipe parameters every retriever of an experiment shares."""
+    return {"base": base, "train": train, "evaluate": evaluate, "ks": ks, "rounds": rounds, **budget.model_dump()}
 
 
 @flow(name="experiment-dual-encoders")
@@ -128,22 +148,11 @@ def dual_encoders_experiment_flow(
     base: str,
     train: list[str],
     evaluate: list[str],
+    budget: Budget,
     archs: list[str] | None = None,
     reference: str = "sde",
     name: str = "dual-encoders",
     rounds: int = 1,
-    max_steps: int | None = None,
-    epochs: int | None = None,
-    batch_size: int = 16,
-    lr: float = 2e-5,
-    hard_negatives: int = 1,
-    amp: str = "auto",
-    seed: int = 0,
-    mode: str = "single-set",
-    bm25_negatives: int = 1,
-    mine_depth: int = 100,
-    mine_count: int = 30,
-    index_type: str = "flat",
     ks: list[int] | None = None,
     alpha: float = 0.05,
     workspace: str | None = None,
@@ -156,11 +165,7 @@ def dual_encoders_experiment_flow(
     if reference not in archs:
         raise ValueError(f"the reference {reference!r} must be one of the archs {archs}")
     ks = sorted(set(ks or DEFAULT_KS))
-    budget = {"max_steps": max_steps, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-              "hard_negatives": hard_negatives, "amp": amp, "seed": seed, "mode": mode, "rounds": rounds,
-              "bm25_negatives": bm25_negatives, "mine_depth": mine_depth, "mine_count": mine_count,
-              "index_type": index_type}  # fmt: skip
-    settings = _settings(base, train, evaluate, ks, **budget)
+    settings = _settings(base, train, evaluate, ks, rounds, budget)
     recipes = [_recipe(ws, name, arch, settings, holdout=0.0, hybrid=False, bm25=False) for arch in archs]
     entries: dict[tuple[str, str], list[Entry]] = {}
     for arch, recipe in zip(archs, recipes, strict=True):
@@ -178,22 +183,11 @@ def taser_experiment_flow(
     base: str,
     train: list[str],
     evaluate: list[str],
+    budget: Budget,
     name: str = "taser",
     rounds: int = 2,
     routing: str = "det",
     holdout: float = 0.1,
-    max_steps: int | None = None,
-    epochs: int | None = None,
-    batch_size: int = 16,
-    lr: float = 2e-5,
-    hard_negatives: int = 1,
-    amp: str = "auto",
-    seed: int = 0,
-    mode: str = "single-set",
-    bm25_negatives: int = 1,
-    mine_depth: int = 100,
-    mine_count: int = 30,
-    index_type: str = "flat",
     ks: list[int] | None = None,
     alpha: float = 0.05,
     workspace: str | None = None,
@@ -203,11 +197,7 @@ def taser_experiment_flow(
     questions), tested against DPR; with the parameter ratio TASER/DPR."""
     ws = Workspace.resolve(workspace)
     ks = sorted(set(ks or DEFAULT_KS))
-    budget = {"max_steps": max_steps, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-              "hard_negatives": hard_negatives, "amp": amp, "seed": seed, "mode": mode, "rounds": rounds,
-              "bm25_negatives": bm25_negatives, "mine_depth": mine_depth, "mine_count": mine_count,
-              "index_type": index_type, "holdout": holdout}  # fmt: skip
-    settings = _settings(base, train, evaluate, ks, **budget)
+    settings = {**_settings(base, train, evaluate, ks, rounds, budget), "holdout": holdout}
     dpr = _recipe(ws, name, "dpr", settings, hybrid=True)
     taser = _recipe(ws, name, "taser", settings, hybrid=True, routing=routing)
     dpr_label, taser_label = _label("dpr"), _label("taser")

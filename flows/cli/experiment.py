@@ -26,6 +26,16 @@ def _archs(value: str) -> list[str]:
     return archs
 
 
+def _with_budget(options: dict[str, Any]) -> dict[str, Any]:
+    """The recipe options as an experiment's parameters: data and cut-offs, and the Budget."""
+    from flows.experiments import Budget
+
+    arguments = recipe_arguments(options)
+    fields = set(Budget.model_fields)
+    return {**{k: v for k, v in arguments.items() if k not in fields},
+            "budget": Budget(**{k: v for k, v in arguments.items() if k in fields})}  # fmt: skip
+
+
 def _echo(report: Any) -> None:
     """The experiment's table, its tests against the reference, parameter ratios, plot and SQL."""
     from storage.experiments import experiment_stage
@@ -48,7 +58,7 @@ def _echo(report: Any) -> None:
               help="Architectures to compare, comma-separated.")  # fmt: skip
 @click.option("--reference", default="sde", show_default=True, help="The arch every other one is tested against.")
 @click.option("--name", default="dual-encoders", show_default=True,
-              help="Experiment name (models are NAME-<arch>; metrics run experiment:NAME).")
+              help="Experiment name (models are NAME-<arch>-round<r>; metrics run experiment:NAME).")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Training rounds per model (2+: mine with the previous round's model).")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help=ALPHA_HELP)
@@ -63,13 +73,13 @@ def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rou
     if reference not in chosen:
         raise click.BadParameter(f"{reference!r} is not one of --archs {chosen}", param_hint="--reference")
     report = dual_encoders_experiment_flow(archs=chosen, reference=reference, name=name, rounds=rounds, alpha=alpha,
-                                           workspace=workspace_arg(ctx), **recipe_arguments(options))  # fmt: skip
+                                           workspace=workspace_arg(ctx), **_with_budget(options))  # fmt: skip
     _echo(report)
 
 
 @experiment_group.command("taser")
 @click.option("--name", default="taser", show_default=True,
-              help="Experiment name (models are NAME-dpr and NAME-taser; metrics run experiment:NAME).")
+              help="Experiment name (models are NAME-dpr-round<r>, NAME-taser-round<r>; metrics run experiment:NAME).")
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Training rounds per model (TASER App. B: 2).")
 @click.option("--routing", type=click.Choice(["det", "seq", "tok"]), default="det", show_default=True,
@@ -86,5 +96,5 @@ def taser(ctx: click.Context, name: str, rounds: int, routing: str, holdout: flo
     from flows.experiments import taser_experiment_flow
 
     report = taser_experiment_flow(name=name, rounds=rounds, routing=routing, holdout=holdout, alpha=alpha,
-                                   workspace=workspace_arg(ctx), **recipe_arguments(options))  # fmt: skip
+                                   workspace=workspace_arg(ctx), **_with_budget(options))  # fmt: skip
     _echo(report)
