@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from flows.recipe import RecipeReport, train_rounds_flow
 from pipelines.evaluation.experiment_table import (
+    SIGNIFICANT_MARK,
     Comparison,
     Entry,
     ExperimentRow,
@@ -114,7 +115,7 @@ def _compare(ws: Workspace, name: str, title: str, reference: str, entries: dict
             tx.write("metrics", [{**v, "created_at": created, "config": settings} for v in values], source=stage)
             tx.report = {"retrievers": sorted({r.label for r in rows}), "metrics_rows": len(values), **ratios}
     report = ExperimentReport(name, title, reference, metrics, rows, tests, ratios, str(plot), recall_plots, recipes)
-    description = f"{title}: R@K ({'*'} = significantly different from {reference}, paired t-test, Bonferroni)"
+    description = f"{title}: R@K ({SIGNIFICANT_MARK} = significantly different from {reference}, paired t-test, Bonferroni)"
     publish_table(f"experiment-{name}", description, report.table(), [str(plot), *recall_plots])
     publish_table(f"experiment-{name}-tests", f"{title}: paired t-tests against {reference}", report.significance())
     return report
