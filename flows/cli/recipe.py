@@ -10,17 +10,8 @@ from typing import Any
 
 import click
 
+from flows.cli.evaluation import _ks  # --k parsed as `odqa evaluate` parses it
 from flows.cli.groups import main, workspace_arg
-
-
-def _ks(value: str) -> list[int]:
-    from pipelines.evaluation.metrics import parse_ks
-
-    try:
-        return list(parse_ks(value))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-
 
 # Architectures a recipe trains from a base checkpoint (DESIRE-ME trains on top of a retriever).
 RECIPE_ARCHS = ["dpr", "ade", "sde", "ade-ste", "ade-fte", "ade-spl", "taser", "taser-shared"]
