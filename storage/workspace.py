@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,8 +51,13 @@ class Workspace:
         return self._dir("plots")
 
     def plot_path(self, name: str) -> Path:
-        """Where the plot called `name` goes (`<workspace>/plots/<name>.png`, name made file-safe)."""
-        return self.plots_dir / f"{slug(name, 'plot')}.png"
+        """Where the plot called `name` goes (`<workspace>/plots/<name>.png`, name made file-safe;
+        a long name, e.g. a comparison of many long run names, is cut and keeps a hash of the rest
+        within the file system's 255-byte limit)."""
+        safe = slug(name, "plot")
+        if len(safe) > 150:
+            safe = f"{safe[:130]}-{hashlib.sha256(safe.encode()).hexdigest()[:16]}"
+        return self.plots_dir / f"{safe}.png"
 
     def plots(self, prefix: str) -> list[Path]:
         """The plots whose names start with `prefix`, sorted."""

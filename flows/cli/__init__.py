@@ -34,6 +34,8 @@ VERB_MODULES = [
     "sql",
     "demo",
     "prefect_server",
+    "recipe",
+    "experiment",
 ]
 
 for _name in VERB_MODULES:

@@ -21,6 +21,9 @@ FLOW_NAMES = {
     "flows/categories.py:label_domains_flow": "label-domains",
     "flows/questions.py:trex_questions_flow": "questions-trex",
     "flows/train.py:train_flow": "train",
+    "flows/recipe.py:train_rounds_flow": "train-rounds",
+    "flows/experiments.py:dual_encoders_experiment_flow": "experiment-dual-encoders",
+    "flows/experiments.py:taser_experiment_flow": "experiment-taser",
     "flows/evaluate.py:evaluate_flow": "evaluate",
     "flows/pipeline.py:odqa_pipeline": "odqa-pipeline",
     "flows/reindex.py:reindex_flow": "reindex",
@@ -30,7 +33,8 @@ FLOW_NAMES = {
 def test_prefect_yaml_has_a_deployment_per_flow_and_a_scheduled_reindex() -> None:
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"ingest", "label", "questions", "train", "evaluate", "pipeline", "reindex"}
+    assert set(deployments) == {"ingest", "label", "questions", "train", "train-rounds", "experiment-dual-encoders",
+                                "experiment-taser", "evaluate", "pipeline", "reindex"}  # fmt: skip
     assert {d["entrypoint"] for d in deployments.values()} == set(FLOW_NAMES)
     assert all(d["work_pool"]["name"] == "odqa-process" for d in deployments.values())
     assert deployments["reindex"]["schedules"][0]["cron"]
