@@ -130,6 +130,12 @@ class Budget(BaseModel):
     lr: float = Field(default=2e-5, gt=0, description="Peak learning rate (AdamW)")
     hard_negatives: int = Field(default=1, ge=0, description="Hard negatives per question in a batch")
     amp: str = Field(default="auto", description="Mixed precision: auto, bf16, fp16 or none")
+    bucket_tokens: int | None = Field(default=None, ge=1, description="Length buckets of at most this many "
+                                      "padded tokens per batch (less padding); empty: one bucket")
+    grad_cache: bool = Field(default=False, description="Cached-gradient steps over the buckets (memory of one "
+                             "bucket whatever the batch size)")
+    mask_duplicates: bool = Field(default=False, description="Another copy of a question's positive in the batch "
+                                  "is not its negative")
     seed: int = Field(default=0, description="Seed of training (and of the hold-out)")
     mode: str = Field(default="single-set", description="Rounds after the first: single-set (P1 u P_r) or multi-set")
     bm25_negatives: int = Field(default=1, ge=1, le=30, description="BM25 hard negatives per question (P1)")

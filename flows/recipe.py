@@ -354,6 +354,9 @@ def train_rounds_flow(
     hard_negatives: int = 1,
     routing: str = "det",
     amp: str = "auto",
+    bucket_tokens: int | None = None,
+    grad_cache: bool = False,
+    mask_duplicates: bool = False,
     seed: int = 0,
     bm25_negatives: int = 1,
     mine_depth: int = 100,
@@ -377,7 +380,11 @@ def train_rounds_flow(
     evaluated = [(spec.dataset, spec.split) for spec in (DatasetSpec.parse(s, with_weight=False) for s in evaluate)]
     _check(rounds, mode, specs, evaluated, holdout, hybrid, model_id, max_steps, epochs)
     train_args = {"arch": arch, "base": base, "max_steps": max_steps, "epochs": epochs, "batch_size": batch_size,
-                  "lr": lr, "hard_negatives": hard_negatives, "routing": routing, "amp": amp, "seed": seed}  # fmt: skip
+                  "lr": lr, "hard_negatives": hard_negatives, "routing": routing, "amp": amp, "seed": seed,
+                  # The trainer's speed options enter only when set, as in `odqa train`.
+                  **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
+                  **({"grad_cache": True} if grad_cache else {}),
+                  **({"mask_duplicates": True} if mask_duplicates else {})}  # fmt: skip
     mining = {"mode": mode, "depth": mine_depth, "count": mine_count, "bm25_negatives": bm25_negatives}
     sources = [questions_fingerprint(ws, s.dataset, s.split, SCHEMAS["questions"].names) for s in specs]
     # Everything a round's model depends on; a change gives fresh copies and fresh rounds.

@@ -30,6 +30,11 @@ RECIPE_OPTIONS = [
                  help="Hard negatives per question in a batch."),
     click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "none"]), default="auto", show_default=True,
                  help="Mixed precision, as for odqa train."),
+    click.option("--bucket-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+                 help="Length buckets of at most N padded tokens per batch, as for odqa train."),
+    click.option("--grad-cache", is_flag=True, help="Cached-gradient steps over the buckets, as for odqa train."),
+    click.option("--mask-duplicates", is_flag=True,
+                 help="Another copy of a question's positive in the batch is not its negative."),
     click.option("--seed", type=int, default=0, show_default=True, help="Seed of training and of the hold-out."),
     click.option("--mode", type=click.Choice(["single-set", "multi-set"]), default="single-set", show_default=True,
                  help="Rounds after the first train on P1 u P_r (single-set) or P_r (multi-set)."),
@@ -56,7 +61,7 @@ def recipe_arguments(options: dict[str, Any]) -> dict[str, Any]:
     if (options["max_steps"] is None) == (options["epochs"] is None):
         raise click.UsageError("give exactly one of --max-steps or --epochs")
     arguments = {key: options[key] for key in ("base", "max_steps", "epochs", "batch_size", "lr", "hard_negatives",
-                                                "amp", "seed", "mode", "bm25_negatives", "mine_depth", "mine_count",
+                                                "amp", "bucket_tokens", "grad_cache", "mask_duplicates", "seed", "mode", "bm25_negatives", "mine_depth", "mine_count",
                                                 "index_type")}  # fmt: skip
     return {**arguments, "train": list(options["train_sets"]), "evaluate": list(options["eval_sets"]),
             "ks": parse_cutoffs(options["ks"])}  # fmt: skip

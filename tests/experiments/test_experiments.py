@@ -5,6 +5,7 @@ and that the tests are `odqa compare`'s own."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from storage import Workspace
@@ -24,8 +25,9 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
                                                                         tiny_encoder: str) -> None:  # fmt: skip
     # Three of the six default archs: every arch costs the same handful of flow runs here, and the
     # table, tests and plot are made the same way for any number of them.
+    # The trainer's speed options reach every training of the experiment.
     out = cli("-w", str(sample_copy), "experiment", "dual-encoders", "--archs", "sde,ade,taser", "--base",
-              tiny_encoder, *BUDGET).output  # fmt: skip
+              tiny_encoder, *BUDGET, "--bucket-tokens", "64", "--grad-cache", "--mask-duplicates").output  # fmt: skip
     labels = ["SDE", "ADE", "TASER"]
     lines = _table_lines(out, labels)
     assert sorted(lines) == sorted(labels), out
@@ -37,6 +39,9 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
         assert cells[2] == f"{counts[model] / 1e6:.1f}M", cells  # the parameter count of the trained model
         assert cells[3] == f"{counts[model] / counts['dual-encoders-sde-round1']:.2f}x", cells
     assert counts["dual-encoders-ade-round1"] > 1.9 * counts["dual-encoders-sde-round1"]  # two towers vs one
+    for row in ws.sql("SELECT config FROM models").to_pylist():
+        training = json.loads(row["config"])["training"]
+        assert (training["bucket_tokens"], training["grad_cache"], training["mask_duplicates"]) == (64, True, True)
 
     plot = ws.plots_dir / "experiment-dual-encoders.png"
     assert f"plot: {plot}" in out and plot.read_bytes().startswith(PNG)
