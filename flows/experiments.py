@@ -166,7 +166,21 @@ def dual_encoders_experiment_flow(
 ) -> ExperimentReport:
     """The dual-encoder paper's comparison: each of ARCHS (default SDE, ADE, ADE-STE, ADE-FTE,
     ADE-SPL, TASER) trained from BASE on TRAIN with one budget, evaluated on EVALUATE, tested
-    against REFERENCE."""
+    against REFERENCE.
+
+    Args:
+        base: Starting checkpoint of every retriever: a Hugging Face name, a folder or a model id.
+        train: Training question sets as NAME:SPLIT[:WEIGHT], the same for every retriever.
+        evaluate: Question sets NAME:SPLIT the retrievers are compared on (never trained on).
+        budget: How every retriever is trained (steps, batch, learning rate, precision, mining).
+        archs: Architectures to compare; empty: sde, ade, ade-ste, ade-fte, ade-spl and taser.
+        reference: The architecture every other one is tested against.
+        name: Name of the experiment: its models, runs, plot and metrics rows carry it.
+        rounds: Trainings per retriever (round 1 on BM25 negatives, later ones on mined negatives).
+        ks: Cut-offs of R@K; empty: 1, 5, 20, 100.
+        alpha: Significance level of the paired t-tests (Bonferroni-corrected).
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     ws = Workspace.resolve(workspace)
     archs = list(archs or DUAL_ENCODER_ARCHS)
     if reference not in archs:
@@ -201,7 +215,21 @@ def taser_experiment_flow(
 ) -> ExperimentReport:
     """The TASER paper's comparison: TASER and DPR trained by the same recipe (ROUNDS rounds of
     mining), BM25, and each dense model's hybrid with BM25 (alpha tuned on held-out training
-    questions), tested against DPR; with the parameter ratio TASER/DPR."""
+    questions), tested against DPR; with the parameter ratio TASER/DPR.
+
+    Args:
+        base: Starting checkpoint of every retriever: a Hugging Face name, a folder or a model id.
+        train: Training question sets as NAME:SPLIT[:WEIGHT], the same for every retriever.
+        evaluate: Question sets NAME:SPLIT the retrievers are compared on (never trained on).
+        budget: How every retriever is trained (steps, batch, learning rate, precision, mining).
+        name: Name of the experiment: its models, runs, plot and metrics rows carry it.
+        rounds: Trainings per retriever (round 1 on BM25 negatives, later ones on mined negatives).
+        routing: TASER expert routing: det, seq or tok.
+        holdout: Fraction of the training questions held out to tune each hybrid's weight on.
+        ks: Cut-offs of R@K; empty: 1, 5, 20, 100.
+        alpha: Significance level of the paired t-tests (Bonferroni-corrected).
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     ws = Workspace.resolve(workspace)
     ks = sorted(set(ks or DEFAULT_KS))
     settings = {**_settings(base, train, evaluate, ks, rounds, budget), "holdout": holdout}

@@ -373,7 +373,44 @@ def train_rounds_flow(
     """TASER's recipe: BM25 negatives, train, mine with the trained model, train again (ROUNDS
     rounds in all); each round's model evaluated on EVALUATE (NAME:SPLIT); then the hybrid weight
     tuned on `holdout` of the TRAIN questions (held out from training) and the last model
-    evaluated dense, hybrid and (`bm25`) beside BM25. Resumes at the first unfinished round."""
+    evaluated dense, hybrid and (`bm25`) beside BM25. Resumes at the first unfinished round.
+
+    The Args below are also the descriptions of the `train-rounds` deployment's Custom run form.
+
+    Args:
+        arch: Retriever architecture: dpr, ade, sde, ade-ste, ade-fte, ade-spl, taser or taser-shared.
+        base: Starting checkpoint of every round: a Hugging Face name, a folder or a model id.
+        train: Training question sets as NAME:SPLIT[:WEIGHT], e.g. trex:train.
+        model_id: Name of the recipe; round r's model is registered as MODEL_ID-round<r>.
+        evaluate: Question sets NAME:SPLIT every round's model is evaluated on (never trained or
+            tuned on).
+        rounds: Trainings in all: round 1 on BM25 negatives, each later one on negatives mined by
+            the previous round's model.
+        mode: Rounds after the first train on P1 u P_r (single-set) or on P_r alone (multi-set).
+        max_steps: Optimizer steps per training; give this or epochs, not both.
+        epochs: Epochs per training, instead of max_steps.
+        batch_size: Questions per batch.
+        lr: Peak learning rate (AdamW, linear warmup and decay).
+        hard_negatives: Hard negative passages per question in a batch.
+        routing: TASER expert routing: det, seq or tok.
+        amp: Mixed precision: auto, bf16, fp16 (GPU only) or none, as for the train deployment.
+        bucket_tokens: Length buckets of at most this many padded tokens per batch; empty: one bucket.
+        grad_cache: Cached-gradient steps over the buckets (the memory of one bucket).
+        mask_duplicates: Another copy of a question's positive in the batch is not its negative.
+        seed: Seed of training and of the hold-out.
+        bm25_negatives: BM25 hard negatives kept per question for round 1 (P1).
+        mine_depth: Passages of the previous model's ranking that mining looks at.
+        mine_count: Mined negatives kept per question.
+        holdout: Fraction of the training questions held out (never trained on) to tune the hybrid
+            weight on.
+        hybrid: Tune alpha on the held-out questions and evaluate the hybrid with BM25.
+        bm25: Also evaluate BM25 on the evaluation sets, for the final table.
+        tune_k: Choose the hybrid weight by R@tune_k on the held-out questions.
+        ks: Cut-offs of R@K; empty: 1, 5, 20, 100.
+        k: Passages retrieved per question for the evaluation runs.
+        index_type: FAISS index type of every round's model: flat, hnsw or ivfpq.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     specs = [DatasetSpec.parse(s) for s in train]
