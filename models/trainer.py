@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import shutil
 import time
@@ -52,7 +51,7 @@ from models.grad_cache import cached_forward_backward, supports_grad_cache
 from models.losses import OBJECTIVES, duplicate_positive_mask, objective
 from models.training_state import is_checkpoint, read_training_files, write_training_files
 from pipelines.progress import Progress
-from storage.atomic import replace_directory
+from storage.atomic import atomic_write_json, replace_directory
 
 AMP_MODES = ("auto", "bf16", "fp16", "none")
 SNAPSHOT_FILE = "snapshot.json"  # in each snapshot folder: step, elapsed_s, cpu_s, examples, precision
@@ -527,9 +526,7 @@ class Trainer:
             document["examples"] = state["step"] * self.config.batch_size * context.world_size * (
                 self.config.accumulation_steps
             )
-            temporary = folder / f".{SNAPSHOT_FILE}.tmp"
-            temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
-            temporary.replace(folder / SNAPSHOT_FILE)
+            atomic_write_json(folder / SNAPSHOT_FILE, document)
         barrier(context)
 
     def _evaluate(self, model: Retriever, state: dict[str, Any], context: DistributedContext) -> None:

@@ -43,6 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
+from storage.atomic import atomic_write_json
 
 HOST = "127.0.0.1"
 PREFERRED_PORT = 4200
@@ -250,9 +251,7 @@ def read_record(workspace: Path) -> ServerRecord | None:
 
 def write_record(paths: ServerPaths, record: ServerRecord) -> None:
     paths.state_dir.mkdir(parents=True, exist_ok=True)
-    temporary = paths.record.with_name(f".{paths.record.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(asdict(record), indent=2), encoding="utf-8")
-    temporary.replace(paths.record)
+    atomic_write_json(paths.record, asdict(record))
 
 
 @contextlib.contextmanager
@@ -359,7 +358,7 @@ def registered_client(workspace: Path) -> Iterator[None]:
     clients = ServerPaths(workspace).clients
     clients.mkdir(parents=True, exist_ok=True)
     entry = clients / f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-    entry.write_text(json.dumps({"pid": os.getpid(), "started": _now()}), encoding="utf-8")
+    atomic_write_json(entry, {"pid": os.getpid(), "started": _now()})
     try:
         yield
     finally:
