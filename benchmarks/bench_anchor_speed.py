@@ -14,7 +14,8 @@ data loading and saving are left out on both sides. The table gives the medians 
 and the odqa/anchor ratios of examples per second and per CPU second.
 
 The workspace is the quality benchmark's (`benchmarks/bench_quality.py` prepares it on first use).
-Results: `<workspace>/bench_quality/speed.json`.
+Results: `<workspace>/bench_quality/speed.json` (`speed-buckets<N>.json` with `--bucket-tokens N`,
+which gives odqa length buckets: the anchor has no such option).
 """
 
 from __future__ import annotations
@@ -77,10 +78,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--precisions", default="none,bf16", help="Comma list of none and bf16.")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--bucket-tokens", type=int, default=None,
+                        help="odqa only: length buckets of at most N padded tokens (the anchor has none).")
     args = parser.parse_args()
     bench = Bench(args.workspace, args.data, heldout_articles=2)
     bench.prepare()
-    base = Recipe(steps=args.steps, batch_size=args.batch_size, threads=args.threads)
+    base = Recipe(steps=args.steps, batch_size=args.batch_size, threads=args.threads, bucket_tokens=args.bucket_tokens)
     runs: list[dict[str, Any]] = []
     started_load = load_average()
     for repeat in range(args.repeats):
@@ -94,9 +97,11 @@ def main() -> None:
                 print(f"{name}: {measured}", file=sys.stderr, flush=True)
     examples = args.steps * args.batch_size
     table = summary(runs, examples)
-    result = {"steps": args.steps, "batch_size": args.batch_size, "threads": args.threads, "examples": examples,
+    result = {"steps": args.steps, "batch_size": args.batch_size, "threads": args.threads,
+              "odqa_bucket_tokens": args.bucket_tokens, "examples": examples,
               "load": [started_load, load_average()], "runs": runs, "table": table}  # fmt: skip
-    (bench.folder / "speed.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    suffix = f"-buckets{args.bucket_tokens}" if args.bucket_tokens else ""
+    (bench.folder / f"speed{suffix}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     header = list(table[0])
     print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
     for row in table:
