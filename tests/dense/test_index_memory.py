@@ -83,9 +83,11 @@ def test_peak_rss_of_encode_and_build_does_not_grow_with_the_corpus(tmp_path: Pa
     large = peak_of_run(tmp_path / "large", 512, 400_000, part)
     unbounded = peak_of_run(tmp_path / "unbounded", 64, 800_000, None)
     assert large - small < 30 * MB, (small / MB, large / MB)
-    # The control: 366 MB more vectors when held at once (a fresh CI machine once showed 70 MB
-    # less than that through allocator noise, so the margin is wide).
-    assert unbounded - small > 200 * MB, (small / MB, unbounded / MB)
+    # The control: 366 MB more vectors when held at once. Fresh CI machines have shown 296 and
+    # 196 MB through allocator noise (glibc returns freed shard buffers unevenly), so the margin
+    # is wide; it still fails when the unbounded build does not hold its vectors, and stays far
+    # above the 30 MB the bounded builds may grow.
+    assert unbounded - small > 120 * MB, (small / MB, unbounded / MB)
 
 
 def test_parts_sized_by_vectors_search_like_one_index(tmp_path: Path) -> None:
