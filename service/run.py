@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 
 from service.app import create_app, log
 from service.releases import BatchSettings
@@ -21,6 +23,9 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
     import faiss
     import torch
     import uvicorn
+
+    # `kill -USR1 <pid>` writes every thread's stack to stderr: what a stalled request waits on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     cores = os.cpu_count() or 2
     torch.set_num_threads(torch_threads or max(1, cores // 2))

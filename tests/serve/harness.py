@@ -92,7 +92,14 @@ class ServiceProcess:
                 raise RuntimeError(f"odqa serve did not come up:\n{self.log_text()}")
             time.sleep(0.3)
 
-    def log_text(self) -> str:
+    def log_text(self, answers: list | None = None) -> str:
+        """The log's tail; when an answer of `answers` timed out, with every thread's stack first
+        (the service dumps them on SIGUSR1): what the stalled request was waiting on."""
+        if answers and self.proc is not None and any("Timeout" in (a.error or "") for a in answers):
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            self.log.flush()
+            return self.log_path.read_text(encoding="utf-8", errors="replace")[-30000:]
         self.log.flush()
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-5000:]
 

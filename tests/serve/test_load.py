@@ -65,7 +65,7 @@ def test_load_through_two_release_switches(workspace_copy: Path, tmp_path: Path)
             time.sleep(0.5)
         load.cycle(PHASE_S)  # after both switches
         health = requests.get(f"{service.url}/health", timeout=10).json()
-        log = service.log_text()
+        log = service.log_text(load.answers)
 
     second = reports[0].release
     markers_of = {first: set(), second: {"marker-1"}, final: {"marker-1", "marker-2"}}
@@ -122,7 +122,7 @@ def test_load_while_a_reindex_is_killed_midway(workspace_copy: Path, tmp_path: P
         stop.set()
         loader.join(timeout=120)
         health = requests.get(f"{service.url}/health", timeout=10).json()
-        log = service.log_text()
+        log = service.log_text(load.answers)
 
     assert current_release(ws).release == first, "a killed re-index must not move the release pointer"
     found = problems(load.answers, {first: set()})  # marker-3 was imported but never released

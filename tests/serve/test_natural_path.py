@@ -99,7 +99,7 @@ def test_import_index_serve_and_reindex_as_a_new_user_would(cli, tmp_path: Path)
         finally:
             stop.set()
             asking.join(timeout=120)
-        log = service.log_text()
+        log = service.log_text(load.answers)
 
     assert "reindex" in reindexed.output and third in reindexed.output
     found = problems(load.answers, {second: set(), third: {"marker-1"}})
