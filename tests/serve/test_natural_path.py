@@ -14,7 +14,7 @@ import requests
 
 from pipelines.retrieval.java import JavaMissingError, check_java
 from tests.serve.harness import ServiceProcess, minilm
-from tests.serve.load import MARKERS, LoadGenerator, problems
+from tests.serve.load import MARKERS, LoadGenerator, assert_no_problems
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -102,7 +102,6 @@ def test_import_index_serve_and_reindex_as_a_new_user_would(cli, tmp_path: Path)
         log = service.log_text(load.answers)
 
     assert "reindex" in reindexed.output and third in reindexed.output
-    found = problems(load.answers, {second: set(), third: {"marker-1"}})
-    assert not found, f"{len(found)} bad answers of {len(load.answers)}, e.g. {found[:5]}\n{log}"
+    assert_no_problems(load.answers, {second: set(), third: {"marker-1"}}, log)
     assert {a.version for a in load.answers} == {second, third}
     assert f"freed release {second}" in log
