@@ -26,7 +26,13 @@ from pipelines.evaluation.answers import match_mode
 from pipelines.questions.specs import DatasetSpec
 from storage import Workspace
 from storage.fingerprint import fingerprint
-from storage.model_registry import check_model_id, model_dir, register_model, resolve_model, write_qsft_marker
+from storage.model_registry import (
+    check_model_id,
+    model_is_registered,
+    register_model,
+    resolve_model,
+    write_qsft_marker,
+)
 from storage.passages import all_passage_texts
 from storage.questions import load_questions, questions_fingerprint
 from storage.reports import Report
@@ -74,7 +80,7 @@ def qsft_flow(
     stage_fp = fingerprint(stage, question_model.fingerprint, index.meta.to_json(), index_type,
                            [s.name for s in specs], params, questions_fp)  # fmt: skip
     done = finished_report(ws, stage, stage_fp, QsftReport, "same model, index, questions and parameters")
-    if done is not None and (model_dir(ws, model_id) / "config.json").is_file():
+    if done is not None and model_is_registered(ws, model_id):
         return done
     questions, answers = [], []
     for spec in specs:

@@ -52,7 +52,6 @@ from storage.experiments import (
     RECIPE,
     final_stage,
     fit_split,
-    model_is_registered,
     negatives_summary,
     round_model,
     round_stage,
@@ -63,7 +62,7 @@ from storage.experiments import (
 )
 from storage.fingerprint import fingerprint
 from storage.metrics import overall_metrics
-from storage.model_registry import check_model_id, model_identity, resolve_model
+from storage.model_registry import check_model_id, model_identity, model_is_registered, resolve_model
 from storage.questions import load_questions, questions_fingerprint
 from storage.schemas import SCHEMAS
 

@@ -47,6 +47,7 @@ from storage.model_registry import (
     check_model_id,
     model_dir,
     model_identity,
+    model_is_registered,
     register_model,
     resolve_model,
     training_dir,
@@ -223,7 +224,7 @@ def train_flow(
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
                            ws.table_version("passages"))  # fmt: skip
     done = finished_report(ws, stage, stage_fp, TrainReport, "same data and parameters as the registered model")
-    if done is not None and (model_dir(ws, model_id) / "config.json").is_file():
+    if done is not None and model_is_registered(ws, model_id):
         return done
 
     work = training_dir(ws, model_id)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from storage.atomic import slug
-from storage.model_registry import model_dir
 from storage.workspace import Workspace
 
 RECIPE = "train-rounds"
@@ -65,21 +64,7 @@ def run_name(prefix: str, dataset: str, split: str) -> str:
     return slug(f"{prefix}-{dataset}-{split}", "run")
 
 
-def model_is_registered(ws: Workspace, model_id: str) -> bool:
-    return (model_dir(ws, model_id) / "config.json").is_file()
-
-
 # --- reads -----------------------------------------------------------------------------------
-
-
-def model_parameters(ws: Workspace, model_ids: list[str]) -> dict[str, int]:
-    """model id -> parameter count, from the `models` table; an unknown id is an error."""
-    rows = ws.read_table("models", columns=["model_id", "parameters"], filter=pc.field("model_id").isin(model_ids))
-    found = dict(zip(rows["model_id"].to_pylist(), rows["parameters"].to_pylist(), strict=True))
-    missing = sorted(set(model_ids) - set(found))
-    if missing:
-        raise ValueError(f"models {missing} are not in the models table")
-    return {m: int(found[m]) for m in model_ids}
 
 
 def negatives_summary(ws: Workspace, dataset: str, split: str) -> tuple[int, float, int]:

@@ -61,6 +61,11 @@ def model_dir(ws: Workspace, model_id: str) -> Path:
     return ws.models_dir / check_model_id(model_id)
 
 
+def model_is_registered(ws: Workspace, model_id: str) -> bool:
+    """The model's folder is complete (its config is written last, when it is registered)."""
+    return (model_dir(ws, model_id) / "config.json").is_file()
+
+
 def training_dir(ws: Workspace, model_id: str) -> Path:
     """Where the checkpoints of a training of `model_id` wait until it is registered."""
     return ws.models_dir / TRAINING_DIR / check_model_id(model_id)
