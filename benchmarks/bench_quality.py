@@ -28,7 +28,8 @@ and the wall/CPU time of all the row's commands with the load average around the
 `--curve SIDE:STEPS:EVERY` (odqa, anchor or anchor-bf16) adds a quality-vs-cost curve: the recipe
 trained for STEPS steps with a model snapshot every EVERY steps, each snapshot evaluated like a
 row: R@1 against the training CPU minutes and wall minutes spent to reach it (choose STEPS from
-the CPU seconds per step of the table's rows to fill the budget). `--also OTHER/results.json`
+the CPU seconds per step of the table's rows to fill the budget). A curve run stopped early
+(Ctrl-C) is evaluated as far as it got by running the same command with `--curve-stopped`. `--also OTHER/results.json`
 joins the rows of a run made in another workspace (e.g. curves run in parallel) to the table
 and plot.
 
@@ -372,16 +373,21 @@ def anchor_row(bench: Bench, row: str, recipe: Recipe) -> dict[str, Any]:
 CURVE_SIDES = ("odqa", "anchor", "anchor-bf16")
 
 
-def curve_row(bench: Bench, recipe: Recipe, arch: str, side: str, steps: int, every: int) -> None:
+def curve_row(bench: Bench, recipe: Recipe, arch: str, side: str, steps: int, every: int,
+              stopped: bool = False) -> None:  # fmt: skip
     """One training run of `steps` steps (odqa's `arch`, or the anchor) with a model snapshot every
     `every` steps, each snapshot evaluated like a table row: R@1 against the training CPU and
-    wall time spent to reach it (the snapshot's own record)."""
+    wall time spent to reach it (the snapshot's own record). `stopped`: the run was stopped
+    before `steps` (a curve is long); evaluate the snapshots it left, without training more."""
     curve_recipe = replace(recipe, steps=steps)
     key = f"curve-{side}-{arch}|{curve_recipe.key()}|every{every}"
     if bench.cached(key):
         return
     snapshots = bench.folder / "curves" / f"{side}-{arch}-{curve_recipe.key()}"
-    if side == "odqa":
+    if stopped:
+        if not (snapshots / "snapshots").is_dir():
+            sys.exit(f"--curve-stopped: {snapshots / 'snapshots'} holds no snapshots of that curve")
+    elif side == "odqa":
         model_id = f"bq-curve-{arch}-{curve_recipe.key()}"
         bench.run("train", *arch_options(arch), "--base", minilm_dir(), "--train",
                   bench.train_set(recipe.hard_negatives), "--model-id", model_id, *curve_recipe.train_options(),
@@ -396,7 +402,7 @@ def curve_row(bench: Bench, recipe: Recipe, arch: str, side: str, steps: int, ev
         recall, _, _ = bench.evaluate_dense(str(folder), run)
         points.append({**spent, **recall})
         print(f"curve {side} step {spent['step']}: {points[-1]}", file=sys.stderr, flush=True)
-    bench.store({"key": key, "row": f"curve-{side}-{arch}", "kind": "curve", "side": side,
+    bench.store({"key": key, "row": f"curve-{side}-{arch}", "kind": "curve", "side": side, "stopped": stopped,
                  "recipe": asdict(curve_recipe), "every": every, "points": points, "load_after": load_average(),
                  "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})  # fmt: skip
 
@@ -431,7 +437,8 @@ def plot_curves(bench: Bench, zero_shot: float | None, bm25: float | None) -> li
             names = {"odqa": f"odqa {curve['row'].removeprefix('curve-odqa-')}",
                      "anchor": "sentence-transformers MNRL (fp32)", "anchor-bf16": "sentence-transformers MNRL (bf16)"}
             recipe = curve["recipe"]
-            plot.plot(xs, ys, marker="o", label=f"{names[curve['side']]}: {Recipe(**recipe).differences()}")  # fmt: skip
+            stopped = f" (stopped at step {curve['points'][-1]['step']})" if curve.get("stopped") and curve["points"] else ""
+            plot.plot(xs, ys, marker="o", label=f"{names[curve['side']]}: {Recipe(**recipe).differences()}{stopped}")  # fmt: skip
         if zero_shot is not None:
             plot.axhline(zero_shot + 0.06, color="grey", linestyle="--", label="zero-shot + 6 points")
         if bm25 is not None:
@@ -441,7 +448,7 @@ def plot_curves(bench: Bench, zero_shot: float | None, bm25: float | None) -> li
         plot.set_ylabel("dev R@1 (squad24, 1,433 questions)")
         plot.set_title("R@1 reached against training cost")
         plot.grid(alpha=0.3)
-        plot.legend(fontsize=7, loc="lower right")
+        plot.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: the lines stay visible
         path = bench.ws / "plots" / f"bench_quality_r1_vs_{'cpu' if axis == 'cpu_s' else 'wall'}_minutes.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, dpi=120, bbox_inches="tight")
@@ -503,6 +510,8 @@ def main() -> None:
     parser.add_argument("--curve", action="append", type=parse_curve, default=[], metavar="SIDE:STEPS:EVERY",
                         help=f"A quality-vs-cost curve (repeatable); SIDE in {CURVE_SIDES}.")  # fmt: skip
     parser.add_argument("--curve-arch", default="sde")
+    parser.add_argument("--curve-stopped", action="store_true",
+                        help="The --curve runs were stopped early: evaluate the snapshots they left, train no more.")  # fmt: skip
     parser.add_argument("--also", type=Path, action="append", default=[],
                         help="Another run's results.json whose rows join the table and plot (read only).")  # fmt: skip
     args = parser.parse_args()
@@ -526,7 +535,7 @@ def main() -> None:
         elif name in ANCHOR_ROWS:
             anchor_row(bench, name, recipe)
     for side, steps, every in args.curve:
-        curve_row(bench, recipe, args.curve_arch, side, steps, every)
+        curve_row(bench, recipe, args.curve_arch, side, steps, every, stopped=args.curve_stopped)
     for path in args.also:
         keys = {r["key"] for r in bench.results}
         bench.results += [r for r in json.loads(path.read_text(encoding="utf-8")) if r["key"] not in keys]
