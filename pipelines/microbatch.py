@@ -93,10 +93,10 @@ class MicroBatcher(Generic[T, R]):
         self.expected = expected
         self.name = name
         self.stats = BatchStats()
-        # queue.Queue, not SimpleQueue: CPython 3.11's SimpleQueue.get(timeout=...) with several
-        # consumers can sleep past its timeout until the *next* put (its recomputed wait turns
-        # negative, which means "forever"), so a worker holding a collected batch waited for a later
-        # request; a retiring release gets none, and its requests hung (tests/serve/test_microbatch.py).
+        # queue.Queue, not SimpleQueue: with several consumers, CPython 3.11's SimpleQueue.get(timeout=...)
+        # was measured sleeping past its timeout until the *next* put, so a worker holding a collected
+        # batch waited for a later request; a retiring release gets none, and its requests hung
+        # (tests/serve/test_microbatch.py reproduces it).
         self._queue: queue.Queue[_Submission[T, R] | None] = queue.Queue()
         self._closed = False
         self._last_submissions = 0  # submissions in the previous batch: evidence of concurrent callers
