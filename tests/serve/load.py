@@ -48,14 +48,18 @@ class Answer:
     version: str | None = None
     passage_ids: list[str] = field(default_factory=list)
     error: str | None = None
+    seconds: float = 0.0
 
 
 class LoadGenerator:
-    """Runs phases of `concurrency` client threads against POST /search and records every answer."""
+    """Runs phases of `concurrency` client threads against POST /search and records every answer.
+    `in_flight` maps each client thread to when its current request started (for a watchdog)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.answers: list[Answer] = []
+        self.in_flight: dict[int, float] = {}
         self._lock = threading.Lock()
 
     def _client(self, concurrency: int, until: float, offset: int) -> None:
@@ -65,9 +69,10 @@ class LoadGenerator:
                 if time.monotonic() >= until:
                     return
                 answer = Answer(concurrency, question, retriever)
+                started = self.in_flight[threading.get_ident()] = time.monotonic()
                 try:
                     reply = session.post(f"{self.url}/search", json={"question": question, "k": K,
-                                                                     "retriever": retriever}, timeout=60)  # fmt: skip
+                                                                     "retriever": retriever}, timeout=self.timeout_s)  # fmt: skip
                     body = reply.json()
                     if reply.status_code != 200:
                         answer.error = f"HTTP {reply.status_code}: {body}"
@@ -78,6 +83,8 @@ class LoadGenerator:
                             answer.error = "a hit without passage text"
                 except (requests.RequestException, ValueError) as error:
                     answer.error = f"{type(error).__name__}: {error}"
+                answer.seconds = time.monotonic() - started
+                del self.in_flight[threading.get_ident()]
                 with self._lock:
                     self.answers.append(answer)
 
@@ -88,7 +95,7 @@ class LoadGenerator:
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=seconds + 120)
+            thread.join(timeout=seconds + self.timeout_s + 60)
 
     def cycle(self, seconds: float, levels: tuple[int, ...] = (1, 8, 32)) -> None:
         for level in levels:
