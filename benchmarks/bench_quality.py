@@ -29,8 +29,8 @@ and the wall/CPU time of all the row's commands with the load average around the
 trained for STEPS steps with a model snapshot every EVERY steps, each snapshot evaluated like a
 row: R@1 against the training CPU minutes and wall minutes spent to reach it (choose STEPS from
 the CPU seconds per step of the table's rows to fill the budget). A curve run stopped early
-(Ctrl-C) is evaluated as far as it got by running the same command with `--curve-stopped`. `--also OTHER/results.json`
-joins the rows of a run made in another workspace (e.g. curves run in parallel) to the table
+(Ctrl-C) is evaluated as far as it got by running the same command with `--curve-stopped`.
+`--also OTHER/results.json` joins the rows of a run made in another workspace (e.g. curves run in parallel) to the table
 and plot.
 
 Rows are cached: results go to `<workspace>/bench_quality/results.json` (one object per row;
