@@ -67,8 +67,8 @@ class MicroBatcher(Generic[T, R]):
     """Collects concurrent submissions for up to ``max_wait_s`` and runs them as one batch.
 
     ``fn`` maps a list of items to a list of results of the same length, in order; each
-    submitter gets the slice for its own items. If ``fn`` raises, every submission of that batch
-    gets the exception (the worker itself keeps running).
+    submitter gets the slice for its own items. If ``fn`` raises, each submission of that batch is
+    run alone, and only those that fail alone get the exception (the worker keeps running).
     """
 
     def __init__(
@@ -160,19 +160,29 @@ class MicroBatcher(Generic[T, R]):
             if first is None:
                 break
             batch, stopping = self._collect(first)
+            self._last_submissions = len(batch)
             self._execute(batch)
 
     def _execute(self, batch: list[_Submission[T, R]]) -> None:
         """Run one batch and hand every submission its slice. Whatever happens (a failing batch
         function, a caller that gave up and cancelled its future), every other submission of the
-        batch still gets an answer and the worker lives on: a request must never wait forever."""
+        batch still gets an answer and the worker lives on: a request must never wait forever.
+
+        When the batch function raises on a batch of several submissions, each submission is run
+        again alone, so the one that made it fail gets the error and the others their results: one
+        caller's bad item must not fail the callers it happened to share a batch with."""
         items = [item for sub in batch for item in sub.items]
-        self._last_submissions = len(batch)
         try:
             results = self.fn(items)
             if len(results) != len(items):
                 raise RuntimeError(f"{self.name}: batch function returned {len(results)} results for {len(items)} items")
-        except BaseException as error:  # every caller of this batch sees the failure
+        except BaseException as error:
+            if isinstance(error, Exception) and len(batch) > 1:
+                log.warning("%s: batch of %d items from %d submissions failed (%s); running each submission alone",
+                            self.name, len(items), len(batch), error)  # fmt: skip
+                for sub in batch:
+                    self._execute([sub])
+                return
             log.warning("%s: batch of %d items failed: %s", self.name, len(items), error)
             for sub in batch:
                 _settle(sub.future, error=error)

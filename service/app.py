@@ -31,23 +31,26 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipelines.search.hits import Hits, Ranked
 from pipelines.search.hybrid_searcher import fused_hits
 from service.releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
+from service.validation import checked_text
 from storage import Workspace
 from storage.releases import NoReleaseError
 
 log = logging.getLogger("odqa.serve")
 
 SERVED_RETRIEVERS = ("bm25", "dense", "hybrid")
-MAX_QUESTION_CHARS = 2_000
 MAX_BATCH = 256
 MAX_K = 10_000
 MAX_BODY_BYTES = 1_048_576
 MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
 HYBRID_DEPTH = 100  # TASER's K': candidates taken from each side before fusing
 PAGE = Path(__file__).resolve().parent / "static" / "search.html"
+DOCS_PAGE = PAGE.with_name("docs.html")
+BODY_TIMEOUT_S = 10.0  # the whole body, from the end of the headers (service.connections times the headers)
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
@@ -65,9 +68,12 @@ class ClientError(Exception):
 
 
 class SearchRequest(BaseModel):
-    """One question (`question`) or a batch (`questions`), top `k` passages each."""
+    """One question (`question`) or a batch (`questions`), top `k` passages each.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: `k` is a JSON integer (not "5", not true), strings are JSON strings, unknown fields are
+    refused; every question passes `service.validation.checked_text`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str | None = Field(None, description="One question (or use `questions`).")
     questions: list[str] | None = Field(None, description=f"A batch of at most {MAX_BATCH} questions.")
@@ -90,16 +96,17 @@ class SearchRequest(BaseModel):
             raise ValueError(f"a batch holds at most {MAX_BATCH} questions, got {len(value):,}; split it")
         return value
 
+    @field_validator("retriever", "model")
+    @classmethod
+    def _short_name(cls, value: str | None) -> str | None:
+        return None if value is None else checked_text(value, "the name", limit=200)
+
     @model_validator(mode="after")
     def _questions(self) -> SearchRequest:
         if (self.question is None) == (self.questions is None):
             raise ValueError("give exactly one of `question` (one string) or `questions` (a list)")
         for number, text in enumerate(self.all_questions()):
-            where = "question" if self.question is not None else f"questions[{number}]"
-            if not text.strip():
-                raise ValueError(f"{where} is empty")
-            if len(text) > MAX_QUESTION_CHARS:
-                raise ValueError(f"{where} has {len(text):,} characters; the limit is {MAX_QUESTION_CHARS:,}")
+            checked_text(text, "question" if self.question is not None else f"questions[{number}]")
         if self.questions is not None and not self.questions:
             raise ValueError("`questions` is empty")
         hits = self.k * len(self.all_questions())
@@ -154,29 +161,46 @@ class Arrivals:
 
 
 class RequestLimits:
-    """ASGI middleware: refuses oversized or unsized bodies before reading them (413/411), and
-    counts search requests on their way in (`Arrivals`, the micro-batchers' reason to wait).
+    """ASGI middleware: the edge every request passes before any route sees it.
+
+    * refuses oversized or unsized bodies before reading them (413/411);
+    * reads the body within ``body_timeout_s`` (408 and the connection closed after it: a client
+      trickling a body must not hold a request open), and refuses one that is not UTF-8 (400);
+    * counts search requests whose body has arrived (`Arrivals`, the micro-batchers' reason to wait).
 
     Plain ASGI rather than Starlette's BaseHTTPMiddleware, which costs every request a task group
     and a memory stream."""
 
-    def __init__(self, app: Any, arrivals: Arrivals) -> None:
+    def __init__(self, app: Any, arrivals: Arrivals, body_timeout_s: float) -> None:
         self.app = app
         self.arrivals = arrivals
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
-        refusal = None
         if length is None and scope["method"] == "POST":
-            refusal = (411, "send a Content-Length header (no chunked bodies)")
-        elif length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            refusal = (413, f"request body of {length.decode(errors='replace')[:20]} bytes is over the "
-                            f"{MAX_BODY_BYTES:,}-byte limit")  # fmt: skip
-        if refusal is not None:
-            return await JSONResponse(status_code=refusal[0], content={"error": refusal[1]})(scope, receive, send)
+            return await error_response(411, "send a Content-Length header (no chunked bodies)")(scope, receive, send)
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return await error_response(413, f"request body of {length.decode(errors='replace')[:20]} bytes is over "
+                                             f"the {MAX_BODY_BYTES:,}-byte limit")(scope, receive, send)  # fmt: skip
+        if length is not None and int(length) > 0:
+            try:
+                body = await asyncio.wait_for(_read_body(receive), self.body_timeout_s)
+            except TimeoutError:
+                return await error_response(408, f"the request body did not arrive within {self.body_timeout_s:g} s",
+                                            headers={"connection": "close"})(scope, receive, send)  # fmt: skip
+            except _ClientGone:
+                return None
+            try:
+                body.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return await error_response(400, f"the request body is not UTF-8 (byte {error.start}: "
+                                                 f"{body[error.start:error.start + 1]!r}); send UTF-8 JSON")(
+                    scope, receive, send)  # fmt: skip
+            receive = _replay(body, receive)
         if scope["path"] != "/search":
             return await self.app(scope, receive, send)
         state = scope.setdefault("state", {})
@@ -187,6 +211,36 @@ class RequestLimits:
         finally:
             if state.get("arrived"):
                 self.arrivals.add(-1)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its body arrived: there is no one to answer."""
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A `receive` that hands the app the body already read, then waits on the client (disconnects)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> dict[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """Every refusal and failure of the service has this shape: ``{"error": "<what, and what to do>"}``."""
+    return JSONResponse(status_code=status, content={"error": message}, headers=headers)
 
 
 def _check_model(requested: str | None, release: LoadedRelease) -> None:
@@ -233,7 +287,7 @@ async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k:
 
 def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: str = "dense",
                index_type: str | None = None, poll_s: float = 1.0,
-               batching: BatchSettings | None = None) -> FastAPI:  # fmt: skip
+               batching: BatchSettings | None = None, body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:  # fmt: skip
     """The service over `workspace`'s published indexes; it starts following the pointer on startup."""
     if retriever not in SERVED_RETRIEVERS:
         raise ValueError(f"retriever must be one of {', '.join(SERVED_RETRIEVERS)}, got {retriever!r}")
@@ -252,11 +306,23 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
         finally:
             await asyncio.to_thread(holder.stop)
 
-    app = FastAPI(title="odqa search", version="1", lifespan=lifespan,
+    # FastAPI's /docs and /redoc load their scripts from a CDN (blank offline): they are off, and
+    # /docs is a page of the service's own (static/docs.html) that renders /openapi.json.
+    app = FastAPI(title="odqa search", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Open-domain QA passage retrieval over the workspace's published indexes.")  # fmt: skip
     app.state.holder = holder
 
-    app.add_middleware(RequestLimits, arrivals=arrivals)
+    app.add_middleware(RequestLimits, arrivals=arrivals, body_timeout_s=body_timeout_s)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return error_response(error.status_code, str(error.detail), headers=getattr(error, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, error: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=error)
+        return error_response(500, f"internal error ({type(error).__name__}); the service logged it and keeps "
+                                   "answering other requests")  # fmt: skip
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -269,15 +335,15 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
             where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
             message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
             problems.append(f"{where}: {message}" if where else message)
-        return JSONResponse(status_code=422, content={"error": "; ".join(problems)[:2000] or "invalid request"})
+        return error_response(422, "; ".join(problems)[:2000] or "invalid request")
 
     @app.exception_handler(ClientError)
     async def client_error(request: Request, error: ClientError) -> JSONResponse:
-        return JSONResponse(status_code=error.status, content={"error": error.message})
+        return error_response(error.status, error.message)
 
     @app.exception_handler(NoReleaseError)
     async def no_release(request: Request, error: NoReleaseError) -> JSONResponse:
-        return JSONResponse(status_code=503, content={"error": str(error)})
+        return error_response(503, str(error))
 
     @app.post("/search", response_model=SearchResponse)
     async def search(body: SearchRequest, request: Request) -> Response:
@@ -316,5 +382,9 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(DOCS_PAGE.read_text(encoding="utf-8"))
 
     return app

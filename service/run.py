@@ -8,6 +8,7 @@ import os
 import signal
 
 from service.app import create_app, log
+from service.connections import uvicorn_config
 from service.releases import BatchSettings
 
 
@@ -45,4 +46,4 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
                                             encoder_workers=encoder_workers))  # fmt: skip
     log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(uvicorn_config(app, host, port)).run()

@@ -17,6 +17,8 @@ from typing import Any
 import requests
 import uvicorn
 
+from service.connections import HEADER_TIMEOUT_S, uvicorn_config
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,9 +38,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 class ServiceThread:
     """The app on a uvicorn server in a daemon thread of this process."""
 
-    def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    access_log=False, lifespan="on"))  # fmt: skip
+    def __init__(self, app: Any, *, header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, header_timeout_s=header_timeout_s))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""
 

@@ -1,5 +1,5 @@
 """The micro-batcher: concurrent submissions share one batch call, the wait is bounded, and a
-failing batch reaches every caller without stopping the worker."""
+failing batch fails only the submissions that fail alone, without stopping the worker."""
 
 from __future__ import annotations
 
@@ -102,6 +102,29 @@ def test_a_failing_batch_fails_its_callers_and_the_worker_keeps_going() -> None:
         assert batcher.submit([1, 2]).result(timeout=5) == [1, 2]
     finally:
         batcher.close()
+
+
+def test_a_bad_item_fails_alone_and_the_rest_of_its_batch_is_answered() -> None:
+    calls: list[list[int]] = []
+
+    def fn(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        if 13 in items:
+            raise ValueError("unlucky")
+        return [i * i for i in items]
+
+    batcher = MicroBatcher(fn, max_wait_s=0.5, max_items=9, expected=lambda: 1)
+    try:
+        futures = [batcher.submit([n, n + 1]) for n in (1, 13, 5, 7)]  # 8 items: one batch, one bad
+        assert futures[0].result(timeout=5) == [1, 4]
+        with pytest.raises(ValueError, match="unlucky"):
+            futures[1].result(timeout=5)
+        assert [f.result(timeout=5) for f in futures[2:]] == [[25, 36], [49, 64]]
+    finally:
+        batcher.close()
+    assert calls[0] == [1, 2, 13, 14, 5, 6, 7, 8], "the four submissions did not share a batch"
+    assert calls[1:] == [[1, 2], [13, 14], [5, 6], [7, 8]]
+    assert batcher.stats.submissions == 3 and batcher.stats.items == 6
 
 
 def test_a_wrong_number_of_results_is_an_error_not_a_misaligned_answer() -> None:

@@ -1,0 +1,145 @@
+"""Hostile requests at `odqa serve`'s edge (issue 28): each is refused with a 4xx and the
+service's one error shape, ``{"error": ...}``, before anything behind the edge sees it.
+
+The app runs over an empty workspace: every probe here is decided before a release is needed
+(tests/serve/test_edge.py sends the same probes between valid requests over a real release)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from service.app import create_app
+from tests.serve.harness import ServiceThread
+
+TIMEOUT_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceThread]:
+    app = create_app(tmp_path_factory.mktemp("edge") / "ws", poll_s=0.2, body_timeout_s=TIMEOUT_S)
+    with ServiceThread(app, header_timeout_s=TIMEOUT_S) as running:
+        yield running
+
+
+def _post(service: ServiceThread, body: bytes | str, path: str = "/search") -> requests.Response:
+    return requests.post(f"{service.url}{path}", data=body, headers={"Content-Type": "application/json"}, timeout=10)
+
+
+def _error(reply: requests.Response) -> str:
+    """The message of a refusal, asserting the service's shape: JSON with exactly one key, `error`."""
+    assert reply.headers["content-type"].startswith("application/json"), (reply.status_code, reply.text[:200])
+    body = reply.json()
+    assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], body
+    return body["error"]
+
+
+# JSON texts as sent on the wire (\\u escapes stay escapes: a lone surrogate is valid JSON).
+REFUSED = [
+    ('{"question": "\\ud800 amazon"}', "lone UTF-16 surrogate (U+D800) at character 0"),
+    ('{"question": "amazon \\udfff"}', "lone UTF-16 surrogate (U+DFFF) at character 7"),
+    ('{"questions": ["Where was Marie Curie born?", "x\\ud83d"]}', "questions[1] has a lone UTF-16 surrogate"),
+    ('{"question": "who\\u0000 is"}', "control character (U+0000) at character 3"),
+    ('{"question": "\\u001b[31mred"}', "control character (U+001B)"),
+    ('{"question": "x", "k": "5"}', "k: Input should be a valid integer"),
+    ('{"question": "x", "k": true}', "k: Input should be a valid integer"),
+    ('{"question": "x", "k": 5.0}', "k: Input should be a valid integer"),
+    ('{"question": "x", "alpha": true}', "alpha: Input should be a valid number"),
+    ('{"question": "x", "alpha": "0.5"}', "alpha: Input should be a valid number"),
+    ('{"question": 5}', "question: Input should be a valid string"),
+    ('{"questions": ["a", 7]}', "questions.1: Input should be a valid string"),
+    ('{"question": "x", "retriever": ["bm25"]}', "retriever: Input should be a valid string"),
+    ('{"question": "x", "model": "m\\u0007"}', "control character (U+0007)"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), REFUSED, ids=[m[:40] for _, m in REFUSED])
+def test_bad_strings_and_loose_types_get_422_with_the_error_shape(service: ServiceThread, body: str,
+                                                                  message: str) -> None:  # fmt: skip
+    reply = _post(service, body)
+    assert reply.status_code == 422, reply.text[:300]
+    assert message in _error(reply)
+
+
+def test_a_tab_or_newline_in_a_question_is_plain_text(service: ServiceThread) -> None:
+    # Passes the edge; refused only because this workspace has no release yet (503, same shape).
+    reply = _post(service, json.dumps({"question": "Where was\tMarie Curie\nborn?"}))
+    assert reply.status_code == 503 and "no index" in _error(reply).lower()
+
+
+def test_a_non_utf8_body_gets_the_error_shape(service: ServiceThread) -> None:
+    reply = _post(service, b'{"question": "caf\xe9"}')
+    assert reply.status_code == 400 and "not UTF-8 (byte 17" in _error(reply)
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [("GET", "/nowhere", 404), ("GET", "/search", 405),
+                                                        ("DELETE", "/health", 405)])  # fmt: skip
+def test_unknown_routes_and_methods_get_the_error_shape(service: ServiceThread, method: str, path: str,
+                                                        status: int) -> None:  # fmt: skip
+    reply = requests.request(method, f"{service.url}{path}", timeout=10)
+    assert reply.status_code == status and _error(reply)
+
+
+def test_docs_work_offline(service: ServiceThread) -> None:
+    page = requests.get(f"{service.url}/docs", timeout=10)
+    assert page.status_code == 200 and 'fetch("/openapi.json")' in page.text
+    assert "<script src" not in page.text and "<link" not in page.text, "the docs page loads something from elsewhere"
+    assert requests.get(f"{service.url}/redoc", timeout=10).status_code == 404
+    assert "/search" in requests.get(f"{service.url}/openapi.json", timeout=10).json()["paths"]
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the service closed ``sock`` (reading EOF), None when it was still open."""
+    started = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_slow_header_sockets_are_closed(service: ServiceThread) -> None:
+    port = int(service.url.rsplit(":", 1)[1])
+    sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    try:
+        for sock in sockets:
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")  # headers never complete
+        closed = [_closed_within(sock, TIMEOUT_S + 4) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert all(c is not None for c in closed), f"{closed.count(None)} of 20 slow-header sockets still open"
+    assert requests.get(f"{service.url}/health", timeout=10).status_code == 200
+
+
+def test_a_slow_header_after_a_first_request_on_a_kept_alive_connection_is_closed(service: ServiceThread) -> None:
+    port = int(service.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /health HTTP/1.1\r\n")  # the second request's headers never complete
+        assert _closed_within(sock, TIMEOUT_S + 4) is not None
+
+
+def test_a_body_that_never_arrives_gets_408_and_the_connection_closed(service: ServiceThread) -> None:
+    port = int(service.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"question\": ")  # fmt: skip
+        sock.settimeout(TIMEOUT_S + 4)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), reply[:300]
+    assert "did not arrive within 1 s" in json.loads(body)["error"]
+
