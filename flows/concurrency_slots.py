@@ -48,16 +48,17 @@ def gpu_slots() -> tuple[int, str]:
     return max(1, cores // CORES_PER_CPU_SLOT), f"CPU only: one per {CORES_PER_CPU_SLOT} cores, {cores} cores"
 
 
-def set_gpu_limit(api_url: str) -> tuple[int, str]:
-    """Create or update the `gpu` tag limit on the server at ``api_url`` to `gpu_slots`."""
+def set_gpu_limit(api_url: str, auth_string: str | None = None) -> tuple[int, str]:
+    """Create or update the `gpu` tag limit on the server at ``api_url`` to `gpu_slots`
+    (``auth_string``: the server's, when it requires one; see flows.backend.auth)."""
     import asyncio
 
-    from prefect.client.orchestration import PrefectClient
+    from flows.backend.auth import api_client
 
     slots, why = gpu_slots()
 
     async def apply() -> None:
-        async with PrefectClient(api_url) as client:
+        async with api_client(api_url, auth_string) as client:
             await client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=slots)
 
     asyncio.run(apply())

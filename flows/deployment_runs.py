@@ -10,7 +10,6 @@ from typing import Any
 async def deployments_with_last_runs(api_url: str) -> list[dict[str, Any]]:
     """One row per deployment, by name: deployment, schedule, next scheduled run, last run (the
     latest that started), its state and start."""
-    from prefect.client.orchestration import PrefectClient
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterId,
@@ -24,11 +23,12 @@ async def deployments_with_last_runs(api_url: str) -> list[dict[str, Any]]:
     from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.sorting import DeploymentSort, FlowRunSort, FlowSort
 
+    from flows.backend.auth import api_client
     from flows.prefect_fixes import drop_null_filter_fields
 
     drop_null_filter_fields()
     rows = []
-    async with PrefectClient(api_url) as client:
+    async with api_client(api_url) as client:
         deployments = await client.read_deployments(limit=200, offset=0, sort=DeploymentSort.NAME_ASC)
         flows = await client.read_flows(flow_filter=FlowFilter(id=FlowFilterId(any_=[d.flow_id for d in deployments])),
                                         limit=200, offset=0, sort=FlowSort.NAME_ASC)  # fmt: skip

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from flows.backend.auth import AUTH_FILE, client_auth_string
 from flows.backend.local_server import (
     ServerPaths,
     ensure_server,
@@ -40,10 +41,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 POOL = "odqa-process"
 
 
-def prefect_env(api_url: str, workspace: Path | None = None, home: Path | None = None) -> dict[str, str]:
-    """Environment of the Prefect CLI and the worker: the server's address and, for the flows the
-    worker runs, the workspace (deployments leave `workspace` empty, meaning $ODQA_WORKSPACE)."""
+def prefect_env(api_url: str, workspace: Path | None = None, home: Path | None = None,
+                auth_string: str | None = None) -> dict[str, str]:  # fmt: skip
+    """Environment of the Prefect CLI and the worker: the server's address (and auth string, when
+    it requires one) and, for the flows the worker runs, the workspace (deployments leave
+    `workspace` empty, meaning $ODQA_WORKSPACE)."""
     env = dict(os.environ)
+    if auth_string is not None:
+        env["PREFECT_API_AUTH_STRING"] = auth_string
     env.update({"PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                 "ODQA_HOME": str(REPO_ROOT), "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1")})  # fmt: skip
     if workspace is not None:
@@ -88,7 +93,7 @@ def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple
     """Work pool, `gpu` limit and (``deploy``) every deployment of prefect.yaml on the server;
     returns the limit's slots and why."""
     prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
-    slots = set_gpu_limit(api_url)
+    slots = set_gpu_limit(api_url, env.get("PREFECT_API_AUTH_STRING"))
     if deploy:
         prefect(["--no-prompt", "deploy", "--all"], env)
     return slots
@@ -109,7 +114,7 @@ def local_prefect(
     """A throw-away server (a database of its own, dropped at the end) with pool, `gpu` limit,
     deployments and worker, all stopped when the block ends: for tests."""
     with temporary_server(home, log_dir / "server.log", label="deploy", timeout=startup_timeout) as server:
-        env = prefect_env(server.api_url, workspace, home)
+        env = prefect_env(server.api_url, workspace, home, client_auth_string(home))
         prepare(server.api_url, env, pool, deploy)
         running = LocalPrefect(server.api_url, env)
         if worker:
@@ -150,7 +155,8 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
     if port and record.port != port:
         print(f"odqa server: the server already runs on port {record.port} (not {port}); "
               f"`./run server stop` first to move it", flush=True)  # fmt: skip
-    env = prefect_env(record.api_url, workspace)
+    auth = client_auth_string(ServerPaths(workspace).home)
+    env = prefect_env(record.api_url, workspace, auth_string=auth)
     slots, why = prepare(record.api_url, env, pool, deploy)
     paths = ServerPaths(workspace)
     worker_log = paths.log_dir / "worker.log"
@@ -163,6 +169,9 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
     print(f"odqa server: logs: server {paths.server_log}, worker {worker_log}", flush=True)
     print(f"odqa server: `odqa -w {workspace}` calls report here by themselves; other clients: "
           f"export PREFECT_API_URL={record.api_url}", flush=True)  # fmt: skip
+    if auth is not None:
+        print(f"odqa server: the API requires its auth string (ODQA_PREFECT_AUTH); the UI asks for it once: "
+              f"the contents of {ServerPaths(workspace).home / AUTH_FILE}", flush=True)  # fmt: skip
     print("odqa server: Ctrl-C stops the worker; the server keeps running for CLI calls and the UI until "
           "`./run server stop` (`./run postgres stop` also stops PostgreSQL)", flush=True)  # fmt: skip
     try:
@@ -193,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         record = None if os.environ.get("PREFECT_API_URL") else running_server(workspace_of(None))
         if record is not None:  # `./run prefect ...` talks to the workspace's server
             os.environ["PREFECT_API_URL"] = record.api_url
+            auth = client_auth_string(ServerPaths(workspace_of(None)).home)
+            if auth is not None:
+                os.environ["PREFECT_API_AUTH_STRING"] = auth
         return run_prefect_cli(argv[1:])
     parser = argparse.ArgumentParser(prog="./run server", description=__doc__.splitlines()[0],
                                      epilog="Ctrl-C stops the worker; `./run server stop` stops the server, "

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from flows.backend.auth import api_client, client_auth_string, server_auth_string
 from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
 from storage.atomic import atomic_write_json
 
@@ -196,12 +197,22 @@ def free_port() -> int:
 
 def server_env(database: PrefectDatabase, port: int, home: Path) -> dict[str, str]:
     """The environment of a server process: the caller's, minus FOREIGN_ENV, plus its database
-    and its address (which the UI's pages call: by default they would call port 4200)."""
+    and its address (which the UI's pages call: by default they would call port 4200).
+
+    Closed to other web pages (docs/security.md): Prefect allows every origin by default (any page
+    the user opens could start a deployment through it); here only the UI's own origin may call
+    the API across origins, and CSRF protection makes every state-changing request carry a token
+    that only the UI's origin and Prefect's clients can read (they fetch it themselves)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
     env.update(database.server_env())
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_API_HOST=HOST,
                PREFECT_SERVER_API_PORT=str(port), PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
+               PREFECT_SERVER_CORS_ALLOWED_ORIGINS=f"http://{HOST}:{port},http://localhost:{port}",
+               PREFECT_SERVER_CSRF_PROTECTION_ENABLED="true",
                PREFECT_SERVER_LOGGING_LEVEL=env.get("ODQA_PREFECT_SERVER_LOG_LEVEL", "WARNING"))  # fmt: skip
+    auth = server_auth_string(home)  # ODQA_PREFECT_AUTH=on: basic auth on the API (flows.backend.auth)
+    if auth is not None:
+        env.update(PREFECT_SERVER_API_AUTH_STRING=auth, PREFECT_API_AUTH_STRING=auth)
     return env
 
 
@@ -306,7 +317,7 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
     status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
     from flows.concurrency_slots import set_gpu_limit
 
-    set_gpu_limit(fresh.api_url)  # the `gpu` slots this machine takes, for CLI runs too
+    set_gpu_limit(fresh.api_url, client_auth_string(paths.home))  # the `gpu` slots this machine takes, for CLI runs too
     return status
 
 
@@ -391,11 +402,11 @@ def crash_orphaned_runs(api_url: str, workspace: Path) -> list[str]:
     before every odqa call still running on this workspace started, so no live call can own it."""
     import asyncio
 
-    return asyncio.run(_crash_orphaned_runs(api_url, live_clients_since(workspace)))
+    auth = client_auth_string(ServerPaths(workspace).home)
+    return asyncio.run(_crash_orphaned_runs(api_url, live_clients_since(workspace), auth))
 
 
-async def _crash_orphaned_runs(api_url: str, live_since: datetime | None) -> list[str]:
-    from prefect.client.orchestration import PrefectClient
+async def _crash_orphaned_runs(api_url: str, live_since: datetime | None, auth: str | None) -> list[str]:
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterState,
@@ -412,7 +423,7 @@ async def _crash_orphaned_runs(api_url: str, live_since: datetime | None) -> lis
     active = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
     message = "the Prefect server stopped while this run was active and its process is gone (odqa)"
     crashed: list[str] = []
-    async with PrefectClient(api_url) as client:
+    async with api_client(api_url, auth) as client:
         runs = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=active))),
             sort=FlowRunSort.ID_DESC, limit=200,  # 3.8.8 rejects the client's None defaults (HTTP 422)

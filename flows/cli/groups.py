@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from flows.backend.local_server import registered_client
+from flows.backend.auth import client_auth_string
+from flows.backend.local_server import ServerPaths, registered_client
 from flows.cli.prefect_api import (
     HEARTBEAT_ENV,
     PrefectApi,
@@ -118,10 +119,14 @@ def use_prefect(root: click.Context, start: bool) -> PrefectApi:
     root.obj["prefect_api"] = api
     if api.needs_export and api.url:
         session.set_env("PREFECT_API_URL", api.url)
+        auth = client_auth_string(ServerPaths(workspace).home)  # set when the server requires it
+        if auth is not None:
+            session.set_env("PREFECT_API_AUTH_STRING", auth)
         if "prefect.settings" in sys.modules:  # an in-process caller imported Prefect already
-            from prefect.settings import PREFECT_API_URL, temporary_settings
+            from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-            root.with_resource(temporary_settings({PREFECT_API_URL: api.url}))
+            updates = {PREFECT_API_URL: api.url, **({PREFECT_API_AUTH_STRING: auth} if auth is not None else {})}
+            root.with_resource(temporary_settings(updates))
         root.with_resource(registered_client(workspace))
     if start and not os.environ.get(HEARTBEAT_ENV):
         root.with_resource(without_heartbeats())

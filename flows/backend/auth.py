@@ -1,0 +1,73 @@
+"""Prefect's auth string for the servers the project starts, for shared machines (docs/security.md).
+
+A server on 127.0.0.1 is reachable by every user of the machine. With ``ODQA_PREFECT_AUTH=on``
+a server the project starts requires HTTP basic auth on its API (Prefect's
+``PREFECT_SERVER_API_AUTH_STRING``); its secret is made once per server home and kept in
+``<home>/auth-string``, readable by its owner only. The project's clients send it
+(``PREFECT_API_AUTH_STRING``: the CLI's flows, `./run server`'s deployments and worker, and
+the project's own API calls); the UI asks for it once per browser.
+
+A secret file beside a running server is used by clients whether or not the setting is on now,
+so turning the setting off does not lock the project out of a server started with it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+AUTH_ENV = "ODQA_PREFECT_AUTH"
+AUTH_FILE = "auth-string"
+USER = "odqa"
+
+
+def auth_wanted() -> bool:
+    """Whether servers started now require the auth string (``ODQA_PREFECT_AUTH``: on/1/true/yes)."""
+    value = os.environ.get(AUTH_ENV, "").strip().lower()
+    if value in ("", "0", "off", "false", "no"):
+        return False
+    if value in ("1", "on", "true", "yes"):
+        return True
+    raise ValueError(f"{AUTH_ENV}={os.environ[AUTH_ENV]!r}: expected on or off")
+
+
+def server_auth_string(home: Path) -> str | None:
+    """The auth string a server with PREFECT_HOME ``home`` is started with: None when the setting
+    is off; else the one in ``home``/auth-string, made (owner-only) when there is none."""
+    if not auth_wanted():
+        return None
+    path = home / AUTH_FILE
+    if not path.is_file():
+        home.mkdir(parents=True, exist_ok=True)
+        fresh = path.with_name(f".{AUTH_FILE}-{os.getpid()}")
+        descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(f"{USER}:{secrets.token_urlsafe(24)}\n")
+        try:
+            os.link(fresh, path)  # complete or absent, and a secret another process made first stays
+        except FileExistsError:
+            pass
+        finally:
+            fresh.unlink()
+    return client_auth_string(home)
+
+
+def client_auth_string(home: Path) -> str | None:
+    """The auth string of the server whose PREFECT_HOME is ``home`` (None: it has none)."""
+    try:
+        return (home / AUTH_FILE).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def api_client(api_url: str, auth_string: str | None = None):  # -> PrefectClient (Prefect imported lazily)
+    """A PrefectClient for ``api_url`` that sends ``auth_string``, else this process's
+    ``PREFECT_API_AUTH_STRING`` (a client built from a URL does not read it by itself)."""
+    from prefect.client.orchestration import PrefectClient
+    from prefect.settings import PREFECT_API_AUTH_STRING
+
+    configured = PREFECT_API_AUTH_STRING.value()
+    chosen = auth_string or os.environ.get("PREFECT_API_AUTH_STRING") or (configured.get_secret_value()
+                                                                          if configured else None)  # fmt: skip
+    return PrefectClient(api_url, auth_string=chosen)
