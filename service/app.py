@@ -7,12 +7,14 @@
 * ``GET /health`` -- the loaded version, in-flight requests, releases being retired, the last
   load failure (a release that failed to load is reported here; the old one keeps serving).
 * ``GET /index`` -- model, index type, passages snapshot, built_at, version.
-* ``GET /`` -- a small search page (flows/static/search.html); ``/docs`` -- OpenAPI docs.
+* ``GET /`` -- a small search page (static/search.html); ``/docs`` -- the API, rendered from
+  ``/openapi.json`` by static/docs.html (works offline).
 
 The releases and the hot swap live in `service.releases`; question encoding and the FAISS
 search are micro-batched across concurrent requests (`pipelines.microbatch`). Requests are
-validated by pydantic models and limits below; a bad request gets a 4xx with a message and
-never affects other requests.
+validated at the edge (`RequestLimits`, strict pydantic models, `service.validation`; header
+deadlines in `service.connections`); a bad request gets a 4xx ``{"error": ...}`` (the one shape
+of every refusal and failure) and never affects other requests (docs/security.md).
 """
 
 from __future__ import annotations
@@ -320,7 +322,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, error: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path, exc_info=error)
+        # Starlette re-raises the error after this answer; uvicorn logs it with its traceback.
         return error_response(500, f"internal error ({type(error).__name__}); the service logged it and keeps "
                                    "answering other requests")  # fmt: skip
 

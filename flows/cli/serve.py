@@ -32,7 +32,7 @@ from flows.cli.groups import INDEX_TYPES, main, workspace_arg
 def serve(ctx: click.Context, host: str, port: int, model: str | None, index_type: str | None, retriever: str,
           max_wait_ms: float, max_batch: int, poll_seconds: float, torch_threads: int | None,
           encoder_workers: int | None) -> None:  # fmt: skip
-    """Serve POST /search, GET /health, GET /index, a search page at / and OpenAPI docs at /docs.
+    """Serve POST /search, GET /health, GET /index, a search page at / and API docs at /docs (offline).
 
     Answers from the indexes the workspace published last (every `odqa bm25 index`, `odqa index
     build` and `odqa reindex` publishes its builds) and follows them: a newly published release is
