@@ -31,6 +31,18 @@ QUESTIONS = {  # question -> the marker it must return from any release that has
 }
 RETRIEVERS = ("dense", "bm25")
 K = 5
+# Malformed requests a load may mix in (issue 28): each must get a 4xx {"error": ...} of its own
+# and never disturb the valid requests it shares the service (and its micro-batches) with.
+MALFORMED = (
+    b'{"question": "\\ud800 amazon", "retriever": "dense"}',  # a lone surrogate: the question encoder's bane
+    b'{"question": "\\udfff Quenby", "retriever": "bm25"}',
+    b'{"question": "Where was Marie Curie born?", "k": "5"}',
+    b'{"question": "Where was Marie Curie born?", "k": true}',
+    b'{"question": "who\\u0000 is", "retriever": "bm25"}',
+    b'{"question": "caf\xe9 au lait"}',  # not UTF-8
+    b'{"question": "Where was',  # truncated JSON
+    b'{"questions": ["Where was Marie Curie born?", 7]}',
+)
 
 
 def write_delta(path: Path, *marker_ids: str) -> Path:
@@ -49,38 +61,60 @@ class Answer:
     passage_ids: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    malformed: bool = False  # one of MALFORMED: answered right when refused with a 4xx {"error": ...}
 
 
 class LoadGenerator:
     """Runs phases of `concurrency` client threads against POST /search and records every answer.
-    `in_flight` maps each client thread to when its current request started (for a watchdog)."""
+    `in_flight` maps each client thread to when its current request started (for a watchdog).
+    With `malformed_every` n, every n-th request of a client is one of MALFORMED."""
 
-    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 60.0, malformed_every: int = 0) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.malformed_every = malformed_every
         self.answers: list[Answer] = []
         self.in_flight: dict[int, float] = {}
         self._lock = threading.Lock()
 
+    def _refused(self, session: requests.Session, body: bytes, answer: Answer) -> None:
+        """Send a malformed body; anything but a 4xx with the service's error shape is an error."""
+        reply = session.post(f"{self.url}/search", data=body, headers={"Content-Type": "application/json"},
+                             timeout=self.timeout_s)  # fmt: skip
+        try:
+            shape = set(reply.json())
+        except ValueError:
+            shape = set()
+        if not 400 <= reply.status_code < 500 or shape != {"error"}:
+            answer.error = f"malformed {body[:40]!r} got HTTP {reply.status_code}: {reply.text[:200]}"
+
+    def _valid(self, session: requests.Session, question: str, retriever: str, answer: Answer) -> None:
+        reply = session.post(f"{self.url}/search", json={"question": question, "k": K, "retriever": retriever},
+                             timeout=self.timeout_s)  # fmt: skip
+        body = reply.json()
+        if reply.status_code != 200:
+            answer.error = f"HTTP {reply.status_code}: {body}"
+        else:
+            answer.version = body["version"]
+            answer.passage_ids = [h["passage_id"] for h in body["results"][0]["hits"]]
+            if any(h["text"] is None for h in body["results"][0]["hits"]):
+                answer.error = "a hit without passage text"
+
     def _client(self, concurrency: int, until: float, offset: int) -> None:
         cases = itertools.islice(itertools.cycle([(q, r) for q in QUESTIONS for r in RETRIEVERS]), offset, None)
+        bad = itertools.islice(itertools.cycle(MALFORMED), offset, None)
         with requests.Session() as session:
-            for question, retriever in cases:
+            for number, (question, retriever) in enumerate(cases, start=offset):
                 if time.monotonic() >= until:
                     return
                 answer = Answer(concurrency, question, retriever)
                 started = self.in_flight[threading.get_ident()] = time.monotonic()
+                answer.malformed = bool(self.malformed_every) and number % self.malformed_every == 0
                 try:
-                    reply = session.post(f"{self.url}/search", json={"question": question, "k": K,
-                                                                     "retriever": retriever}, timeout=self.timeout_s)  # fmt: skip
-                    body = reply.json()
-                    if reply.status_code != 200:
-                        answer.error = f"HTTP {reply.status_code}: {body}"
+                    if answer.malformed:
+                        self._refused(session, next(bad), answer)
                     else:
-                        answer.version = body["version"]
-                        answer.passage_ids = [h["passage_id"] for h in body["results"][0]["hits"]]
-                        if any(h["text"] is None for h in body["results"][0]["hits"]):
-                            answer.error = "a hit without passage text"
+                        self._valid(session, question, retriever, answer)
                 except (requests.RequestException, ValueError) as error:
                     answer.error = f"{type(error).__name__}: {error}"
                 answer.seconds = time.monotonic() - started
@@ -109,6 +143,8 @@ def problems(answers: list[Answer], markers_of: dict[str, set[str]]) -> list[str
         where = f"c={a.concurrency} {a.retriever} {a.question!r} v={a.version}"
         if a.error:
             found.append(f"{where}: {a.error}")
+        elif a.malformed:
+            continue
         elif not a.passage_ids:
             found.append(f"{where}: empty result")
         elif a.version not in markers_of:

@@ -1,6 +1,7 @@
 """Acceptance: `odqa serve` under load at concurrency 1, 8 and 32 while real re-indexes switch the
-current release twice, and while a re-index is SIGKILLed mid-way. Zero errors, zero empty
-results, every answer consistent with the index version it names (see tests/serve/load.py)."""
+current release twice, and while a re-index is SIGKILLed mid-way; and under load with malformed
+requests mixed in (issue 28). Zero errors, zero empty results, every answer consistent with the
+index version it names (see tests/serve/load.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import requests
 from storage import Workspace
 from storage.releases import current_release
 from tests.serve.harness import REPO, ServiceProcess, minilm, subprocess_env
-from tests.serve.load import LoadGenerator, assert_no_problems, write_delta
+from tests.serve.load import QUESTIONS, RETRIEVERS, K, LoadGenerator, assert_no_problems, write_delta
 
 PHASE_S = 2.0
 LIMIT_S = 420.0
@@ -129,3 +130,22 @@ def test_load_while_a_reindex_is_killed_midway(workspace_copy: Path, tmp_path: P
     assert set(_by_level(load.answers)) == {1, 8, 32}
     assert health["version"] == first and health["status"] == "ok" and health["last_error"] is None
     assert "marker-3" in ws.read_table("passages", columns=["passage_id"]).column("passage_id").to_pylist()
+
+
+def test_load_with_malformed_requests_mixed_in(served_workspace: Path, tmp_path: Path) -> None:
+    """Issue 28: 8 and 32 clients, every 10th request malformed (tests/serve/load.py MALFORMED).
+    Each malformed one gets a 4xx {"error": ...}; every valid one gets 200 with the answer it gets
+    alone (the same best passage)."""
+    version = current_release(Workspace.resolve(served_workspace)).release
+    with ServiceProcess(served_workspace, log=tmp_path / "serve.log") as service:
+        best = {(q, r): requests.post(f"{service.url}/search", json={"question": q, "k": K, "retriever": r}, timeout=60)
+                .json()["results"][0]["hits"][0]["passage_id"] for q in QUESTIONS for r in RETRIEVERS}  # fmt: skip
+        load = LoadGenerator(service.url, malformed_every=10)
+        load.cycle(2 * PHASE_S, levels=(8, 32))
+        log = service.log_text(load.answers)
+    assert_no_problems(load.answers, {version: set()}, log)
+    malformed = [a for a in load.answers if a.malformed]
+    valid = [a for a in load.answers if not a.malformed]
+    assert len(malformed) >= 10 and len(valid) >= 80, (len(malformed), len(valid))
+    wrong = [(a.question, a.retriever, a.passage_ids[0]) for a in valid if a.passage_ids[0] != best[(a.question, a.retriever)]]
+    assert not wrong, f"{len(wrong)} of {len(valid)} valid answers differ from the answer alone, e.g. {wrong[:3]}"
