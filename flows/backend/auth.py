@@ -16,6 +16,10 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Prefect is imported when a client is made, not by every CLI start
+    from prefect.client.orchestration import PrefectClient
 
 AUTH_ENV = "ODQA_PREFECT_AUTH"
 AUTH_FILE = "auth-string"
@@ -61,7 +65,7 @@ def client_auth_string(home: Path) -> str | None:
         return None
 
 
-def api_client(api_url: str, auth_string: str | None = None):  # -> PrefectClient (Prefect imported lazily)
+def api_client(api_url: str, auth_string: str | None = None) -> PrefectClient:
     """A PrefectClient for ``api_url`` that sends ``auth_string``, else this process's
     ``PREFECT_API_AUTH_STRING`` (a client built from a URL does not read it by itself)."""
     from prefect.client.orchestration import PrefectClient
