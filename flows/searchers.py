@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from flows.index import ensure_dense_index
-from models.workspace_search import bm25_searcher, loaded_model, open_dense_index
+from models.workspace_search import bm25_searcher, loaded_model, open_dense_index, tuned_alpha
 from pipelines.dense.hybrid import DEFAULT_DEPTH
 from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
 from pipelines.retrieval.java import ensure_java
@@ -19,7 +19,6 @@ from pipelines.search.dense_searcher import DenseSearcher
 from pipelines.search.hybrid_searcher import HybridSearcher
 from pipelines.search.searcher import Searcher
 from storage import Workspace
-from storage.index_layout import IndexLayout
 from storage.model_registry import ModelRef, resolve_model
 
 RetrieverKind = Literal["bm25", "dense", "hybrid"]
@@ -53,13 +52,6 @@ class OpenSearcher:
     searcher: Searcher
     config: dict[str, Any]
     ref: ModelRef | None = None
-
-
-def tuned_alpha(ws: Workspace, ref: ModelRef) -> float:
-    alpha = IndexLayout.of(ws).tuned_alpha(ref.key)
-    if alpha is None:
-        raise ValueError(f"no tuned alpha for model {ref.name!r}: pass --alpha or run odqa tune-hybrid first")
-    return alpha
 
 
 def dense_searcher(ws: Workspace, ref: ModelRef, index_type: str) -> OpenSearcher:

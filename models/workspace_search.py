@@ -114,6 +114,15 @@ def dense_searcher(ws: Workspace, ref: ModelRef, index_type: str = "flat") -> De
     return DenseSearcher(question_model.model, open_dense_index(ws, ref, index_type, question_model))
 
 
+def tuned_alpha(ws: Workspace, ref: ModelRef) -> float:
+    """The hybrid weight of BM25 that `odqa tune-hybrid` stored for the model; an error saying
+    how to get one when none is stored."""
+    alpha = IndexLayout.of(ws).tuned_alpha(ref.key)
+    if alpha is None:
+        raise ValueError(f"no tuned alpha for model {ref.name!r}: pass --alpha or run odqa tune-hybrid first")
+    return alpha
+
+
 def bm25_searcher(ws: Workspace, *, k1: float = DEFAULT_K1, b: float = DEFAULT_B, threads: int | None = None
                   ) -> Bm25Searcher:  # fmt: skip
     """Search the BM25 index of the current passages; a missing one is an error saying how to build it."""

@@ -7,6 +7,8 @@
 * ``GET /health`` -- the loaded version, in-flight requests, releases being retired, the last
   load failure (a release that failed to load is reported here; the old one keeps serving).
 * ``GET /index`` -- model, index type, passages snapshot, built_at, version.
+* ``GET /v1/{index}/search``, ``GET /v1/{index}/doc/{docid}`` -- Anserini's and pyserini's REST
+  shape (`service.rest_v1`).
 * ``GET /`` -- a small search page (static/search.html); ``/docs`` -- the API, rendered from
   ``/openapi.json`` by static/docs.html (works offline).
 
@@ -38,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pipelines.search.hits import Hits, Ranked
 from pipelines.search.hybrid_searcher import fused_hits
 from service.releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
+from service.rest_v1 import rest_v1_router
 from service.validation import checked_text
 from storage import Workspace
 from storage.releases import NoReleaseError
@@ -380,6 +383,12 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
         """The loaded release: model, index type, passages snapshot, built_at, version."""
         with holder.lease() as release:
             return {**release.describe(), "default_retriever": retriever}
+
+    async def search_v1(release: LoadedRelease, name: str, questions: list[str], k: int, alpha: float | None
+                        ) -> list[Ranked]:  # fmt: skip
+        return await _hits(release, name, questions, k, _alpha(alpha, release) if name == "hybrid" else None)
+
+    app.include_router(rest_v1_router(holder, search_v1, max_hits=MAX_K, max_query_chars=MAX_QUESTION_CHARS))
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:

@@ -1,0 +1,23 @@
+"""odqa's public Python API: what a notebook or another harness needs, without reaching into the
+pipeline's layers.
+
+    import odqa
+
+    ws = odqa.open_workspace("workspace")
+    for hit in ws.searcher("bm25").search(["Where was Marie Curie born?"], k=3)[0]:
+        print(hit.rank, hit.passage_id, hit.title)
+    model = odqa.load_retriever("dpr", workspace=ws)  # BEIR's model interface
+    vectors = model.encode_corpus([{"title": "Warsaw", "text": "Warsaw is the capital of Poland."}])
+
+Searching, encoding and reading tables import no Prefect; `Workspace.evaluate` reuses the
+evaluate verb's scoring and imports Prefect's library (it starts no server). `docs/python-api.md`
+has the whole tour; `odqa.langchain` holds a LangChain retriever (extra `odqa[langchain]`).
+"""
+
+from __future__ import annotations
+
+from odqa.encoders import BeirRetriever, load_retriever
+from odqa.search import Hit, Searcher
+from odqa.workspace import Workspace, open_workspace
+
+__all__ = ["BeirRetriever", "Hit", "Searcher", "Workspace", "load_retriever", "open_workspace"]

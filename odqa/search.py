@@ -1,0 +1,96 @@
+"""Searching a workspace from Python: BM25, dense or hybrid, answered as passages with their text.
+
+A `Searcher` is opened by `odqa.Workspace.searcher` through the same functions the verbs and the
+search service open theirs with (`models.workspace_search`), so its answers are the ones
+`odqa search` and `odqa retrieve` give. It refuses a missing or stale index instead of building
+one: building is a pipeline stage (`odqa bm25 index`, `odqa index build`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from models.workspace_search import bm25_searcher, dense_searcher, tuned_alpha
+from pipelines.dense.hybrid import DEFAULT_DEPTH
+from pipelines.retrieval.java import ensure_java
+from pipelines.search.hybrid_searcher import HybridSearcher
+from pipelines.search.searcher import Searcher as PipelineSearcher
+from storage.model_registry import resolve_model
+from storage.passages import passages_by_id
+from storage.workspace import Workspace as StorageWorkspace
+
+KINDS = ("bm25", "dense", "hybrid")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved passage: its id, score and rank (1 = best), and its title and text."""
+
+    passage_id: str
+    score: float
+    rank: int
+    title: str | None
+    text: str | None
+
+
+def open_pipeline_searcher(ws: StorageWorkspace, kind: str, model: str | None, *, index_type: str = "flat",
+                           alpha: float | None = None, depth: int = DEFAULT_DEPTH) -> PipelineSearcher:  # fmt: skip
+    """The `kind` searcher over the workspace's current indexes (dense and hybrid need `model`;
+    hybrid takes the model's tuned alpha unless `alpha` is given)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown retriever {kind!r}; available: {', '.join(KINDS)}")
+    if kind == "bm25":
+        ensure_java()
+        return bm25_searcher(ws)
+    if not model:
+        raise ValueError(f"the {kind} retriever needs a model (a model id, folder or Hugging Face name)")
+    ref = resolve_model(ws, model)
+    dense = dense_searcher(ws, ref, index_type)
+    if kind == "dense":
+        return dense
+    weight = alpha if alpha is not None else tuned_alpha(ws, ref)
+    ensure_java()
+    return HybridSearcher(dense, bm25_searcher(ws), weight, depth)
+
+
+class Searcher:
+    """Top passages of questions over one workspace; close it (or use `with`) to free the index."""
+
+    def __init__(self, ws: StorageWorkspace, searcher: PipelineSearcher) -> None:
+        self._ws = ws
+        self._searcher = searcher
+
+    @property
+    def kind(self) -> str:
+        """bm25, dense or hybrid."""
+        return self._searcher.kind
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this searcher's answers (model, index, parameters), as runs record it."""
+        return self._searcher.describe()
+
+    def search(self, questions: Sequence[str], k: int = 10, *, with_text: bool = True) -> list[list[Hit]]:
+        """Per question, its top `k` passages, best first. `with_text=False` leaves title and text
+        out (None), which saves reading the passages table."""
+        if isinstance(questions, str):
+            raise TypeError("search takes a list of questions; wrap one question in a list: search([question])")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        texts = [str(q) for q in questions]
+        if not texts:
+            return []
+        ranked = self._searcher.search(texts, k).ranked()
+        found = passages_by_id(self._ws, sorted({pid for row in ranked for pid, _ in row})) if with_text else {}
+        return [[Hit(pid, score, rank, *found.get(pid, (None, None))) for rank, (pid, score) in enumerate(row, 1)]
+                for row in ranked]  # fmt: skip
+
+    def close(self) -> None:
+        self._searcher.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,92 @@
+"""A workspace from Python: its searchers, its tables (Arrow or DuckDB, read-only) and evaluation.
+
+`odqa.open_workspace(path)` opens an existing workspace (`--workspace` of the verbs) and creates
+nothing: a typo in a path is an error here, not a new empty workspace.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from odqa.search import Searcher, open_pipeline_searcher
+from pipelines.dense.hybrid import DEFAULT_DEPTH
+from storage.snapshot import load_snapshot
+from storage.table_files import known_tables
+from storage.tables import table_dataset
+from storage.workspace import ENV_VAR
+from storage.workspace import Workspace as StorageWorkspace
+
+
+class Workspace:
+    """An odqa workspace opened for reading and searching (the pipeline's stages write it)."""
+
+    def __init__(self, storage: StorageWorkspace) -> None:
+        self.storage = storage
+
+    @property
+    def root(self) -> Path:
+        return self.storage.root
+
+    def __repr__(self) -> str:
+        return f"odqa.Workspace({str(self.root)!r})"
+
+    # -- searching ---------------------------------------------------------------------------
+    def searcher(self, kind: str = "bm25", model: str | None = None, *, index_type: str = "flat",
+                 alpha: float | None = None, depth: int = DEFAULT_DEPTH) -> Searcher:  # fmt: skip
+        """A `bm25`, `dense` or `hybrid` searcher (dense and hybrid: `model` is a model id of the
+        `models` table, a folder or a Hugging Face name whose `index_type` index was built with
+        `odqa index build`; hybrid: `alpha` weighs BM25, default the one `odqa tune-hybrid` stored)."""
+        return Searcher(self.storage, open_pipeline_searcher(self.storage, kind, model, index_type=index_type,
+                                                             alpha=alpha, depth=depth))  # fmt: skip
+
+    # -- reading -----------------------------------------------------------------------------
+    def tables(self) -> list[str]:
+        """The names of the workspace's tables (core tables exist even when empty)."""
+        return list(known_tables(load_snapshot(self.root)))
+
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """The table's current rows as Arrow (`columns` picks some)."""
+        return self.storage.read_table(name, columns=columns)
+
+    def duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
+        """The table as a lazy DuckDB relation over its current Parquet parts: filter, join and
+        aggregate it in DuckDB without loading it; a relation reads, it never writes the workspace."""
+        dataset = table_dataset(self.root, load_snapshot(self.root), name)
+        return (connection or duckdb.connect()).from_arrow(dataset)
+
+    def sql(self, query: str) -> pa.Table:
+        """Read-only SQL over every table (as `odqa sql`); statements that write are refused."""
+        return self.storage.sql(query)
+
+    # -- evaluating --------------------------------------------------------------------------
+    def evaluate(self, run: str, ks: tuple[int, ...] = (), match: str = "auto") -> pa.Table:
+        """The metrics `odqa evaluate --run RUN` computes for a run of the `runs` table (R@K
+        micro, per relation and macro; the qrels metrics), as rows shaped like the `metrics`
+        table; nothing is written. `ks` defaults to odqa's cut-offs, `match` as `--match`."""
+        # The verb's own scoring; it imports Prefect's library (and starts nothing).
+        from flows.evaluate import score_run
+        from pipelines.evaluation.answers import MATCH_CHOICES
+        from pipelines.evaluation.metrics import DEFAULT_KS, metrics_table
+
+        cutoffs = tuple(sorted(set(ks or DEFAULT_KS)))
+        if cutoffs[0] < 1:
+            raise ValueError(f"cut-offs must be positive, got {cutoffs}")
+        if match not in MATCH_CHOICES:
+            raise ValueError(f"answer matching must be one of {MATCH_CHOICES}, got {match!r}")
+        tables = [metrics_table(scores.values, run=run, dataset=scores.dataset, split=scores.split)
+                  for scores in score_run(self.storage, run, cutoffs, match)]  # fmt: skip
+        return pa.concat_tables(tables)
+
+
+def open_workspace(path: str | os.PathLike[str] | None = None) -> Workspace:
+    """The workspace at `path` (default: $ODQA_WORKSPACE, else ./workspace); it must exist."""
+    chosen = path if path not in (None, "") else os.environ.get(ENV_VAR) or "workspace"
+    root = Path(chosen).expanduser().resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"no odqa workspace at {root}: create one with the odqa verbs "
+                                "(e.g. odqa import passages, odqa demo)")  # fmt: skip
+    return Workspace(StorageWorkspace(root))
