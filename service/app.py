@@ -41,7 +41,7 @@ from pipelines.search.hits import Hits, Ranked
 from pipelines.search.hybrid_searcher import fused_hits
 from service.releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
 from service.rest_v1 import rest_v1_router
-from service.validation import checked_text
+from service.validation import MAX_QUESTION_CHARS, checked_text
 from storage import Workspace
 from storage.releases import NoReleaseError
 

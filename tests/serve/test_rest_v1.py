@@ -59,7 +59,8 @@ def test_doc_returns_one_passage(service: ServiceThread) -> None:
 
 @pytest.mark.parametrize(("path", "params", "status", "message"), [
     ("/v1/bm25/search", {}, 400, "give the query as ?query="),
-    ("/v1/bm25/search", {"query": "  "}, 400, "give the query as ?query="),
+    ("/v1/bm25/search", {"query": "  "}, 400, "query is empty"),
+    ("/v1/bm25/search", {"query": "amazon\x07founder"}, 400, "a control character (U+0007)"),
     ("/v1/bm25/search", {"query": QUESTION, "hits": "ten"}, 400, "hits must be a whole number"),
     ("/v1/bm25/search", {"query": QUESTION, "hits": 0}, 400, "hits must be a whole number"),
     ("/v1/bm25/search", {"query": "x" * 2001}, 400, "the limit is 2,000"),
