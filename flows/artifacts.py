@@ -79,7 +79,8 @@ def training_markdown(model_id: str, dev: str | None, best: dict[str, Any], curv
     else:
         parts.append("Dev R@K: none, `dev` was empty (no dev evaluation).")
     if any(entry.get("loss") is not None for entry in curve):
-        png = render_training_plot(curve, dev_history if dev else [], f"{model_id}: loss and dev R@K by step")
+        history = dev_history if dev else []
+        png = render_training_plot(curve, history, f"{model_id}: training loss{' and dev R@K' if history else ''} by step")
         parts.append(embedded_image(f"{model_id} loss curve", "image/png", png))
     else:
         parts.append("No loss was logged (no optimizer step ran).")
