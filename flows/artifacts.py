@@ -1,4 +1,5 @@
-"""Prefect artifacts: evaluation metrics as a table plus a markdown note that shows the plots.
+"""Prefect artifacts: evaluation metrics as a table plus a markdown note that shows the plots, and
+a train run's dev R@K with its loss curve.
 
 Artifacts show up on the flow run's page in the Prefect UI (Artifacts tab) and under
 Artifacts in the sidebar, keyed so the latest version of each is easy to find. Outside a flow
@@ -53,9 +54,49 @@ def plots_markdown(plots: Sequence[str | Path]) -> str:
         path = Path(plot).resolve()
         mime = IMAGE_TYPES.get(path.suffix.lower())
         if mime and path.is_file() and path.stat().st_size <= EMBED_MAX_BYTES:
-            parts.append(f"![{path.name}](data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')})")
+            parts.append(embedded_image(path.name, mime, path.read_bytes()))
         parts.append(f"`{path}`")
     return "\n\n".join(parts) + "\n"
+
+
+def embedded_image(name: str, mime: str, data: bytes) -> str:
+    """Markdown of an image carried in the artifact itself (a ``data:`` URI)."""
+    return f"![{name}](data:{mime};base64,{base64.b64encode(data).decode('ascii')})"
+
+
+def training_markdown(model_id: str, dev: str | None, best: dict[str, Any], curve: Sequence[dict[str, Any]],
+                      dev_history: Sequence[dict[str, Any]]) -> str:  # fmt: skip
+    """A train run's artifact: the best dev R@K (ordered by K) and the loss curve with dev R@K."""
+    from pipelines.training_plot import recall_keys, render_training_plot
+
+    parts = [f"### Training of `{model_id}`"]
+    if dev and best.get("metrics"):
+        keys = recall_keys([best["metrics"]])
+        parts.append(f"Dev R@K on `{dev}` (best at step {best.get('step')}), over the pool of the dev questions' "
+                     "positive and hard negative passages, not the whole corpus:")  # fmt: skip
+        parts.append("\n".join(["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys),
+                                 "| " + " | ".join(f"{best['metrics'][k]:.4f}" for k in keys) + " |"]))  # fmt: skip
+    else:
+        parts.append("Dev R@K: none, `dev` was empty (no dev evaluation).")
+    if any(entry.get("loss") is not None for entry in curve):
+        history = dev_history if dev else []
+        png = render_training_plot(curve, history, f"{model_id}: training loss{' and dev R@K' if history else ''} by step")
+        parts.append(embedded_image(f"{model_id} loss curve", "image/png", png))
+    else:
+        parts.append("No loss was logged (no optimizer step ran).")
+    return "\n\n".join(parts) + "\n"
+
+
+def publish_training(model_id: str, dev: str | None, best: dict[str, Any], curve: Sequence[dict[str, Any]],
+                     dev_history: Sequence[dict[str, Any]]) -> bool:  # fmt: skip
+    """Artifact `train-<model_id>` of a train run (`training_markdown`); nothing outside a run."""
+    if not _in_run():
+        return False
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(key=artifact_key(f"train-{model_id}"), description=f"Dev R@K and loss curve of {model_id}",
+                             markdown=training_markdown(model_id, dev, best, curve, dev_history))  # fmt: skip
+    return True
 
 
 def publish_evaluation(run: str, plot: str | None, rows: list[dict[str, Any]]) -> bool:

@@ -75,7 +75,12 @@ def build_bm25(ws: Workspace, threads: int | None = None) -> Bm25IndexReport:
 @flow(name="bm25-index")
 def bm25_index_flow(workspace: str | None = None, threads: int | None = None) -> Bm25IndexReport:
     """Build the Lucene BM25 index of the passages table (title + text), unless it is current,
-    and publish it (with the dense indexes of the same passages) to running searchers."""
+    and publish it (with the dense indexes of the same passages) to running searchers.
+
+    Args:
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        threads: Indexing threads; empty: one per CPU core.
+    """
     ws = Workspace.resolve(workspace)
     report = build_bm25(ws, threads)
     report.release = publish_indexes(ws, report.snapshot).release.release

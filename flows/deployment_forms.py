@@ -7,6 +7,9 @@ switch set to None and the words 'Property is type "None"' instead of a field. H
 parameter is deployed as a plain typed field without a default: the form shows an empty integer
 (text, number, list ...) input under its description, and a field left empty is left out of the
 run's parameters, so the flow's own default (None, whose meaning the description gives) applies.
+(The 3.8.8 UI sends no key for a field left empty or cleared, neither null nor "", and the server
+fills a missing key from the deployment's parameters: so prefect.yaml presets no such parameter,
+which tests/ops/test_deployments.py checks.)
 Tri-state booleans (``bool | None``) keep their switch: an untouched toggle would send false.
 """
 

@@ -100,7 +100,24 @@ def index_build_flow(
     """Build a FAISS index of the model's passage embeddings (encoding them first if needed, on
     the runner if one is given: see `encode_flow`) and publish it to running searchers. The
     build plan (RAM, disk, time) is logged first; with `memory_gb` the index is split into parts
-    that each fit the budget, or the build is refused when none can."""
+    that each fit the budget, or the build is refused when none can.
+
+    Args:
+        model: Model id, Hugging Face name or folder whose passage embeddings are indexed.
+        index_type: flat (exact inner product), hnsw (graph) or ivfpq (compressed).
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        hnsw_m: hnsw: links per node; empty: 64.
+        nlist: ivfpq: IVF cells; empty: about 4 sqrt(passages).
+        pq_m: ivfpq: PQ sub-quantizers; empty: dimension / 8.
+        shards_per_part: Split the index into parts of this many embedding shards (searched with a
+            top-k merge); empty: one part.
+        batch_size: Passages per encoding batch.
+        precision: Encoding precision: auto (bf16/fp16 on GPU, fp32 on CPU), fp32, bf16 or fp16.
+        runner: Encode shards as tasks on this task runner (threads, processes or a Dask cluster);
+            empty: in process.
+        memory_gb: Memory budget of the build in GB: parts sized to fit it, refused when none can;
+            empty: no limit.
+    """
     ws = Workspace.resolve(workspace)
     params = index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
     report = build_dense_index(ws, model, index_type, params, batch_size=batch_size, precision=precision,

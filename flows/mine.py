@@ -96,7 +96,22 @@ def mine_flow(
     question_batch: int = 4 * QUESTION_CHUNK,
 ) -> MineReport:
     """Mine P2 with MODEL and set the split's hard_negative_ids to P1 u P2 (single-set) or P2
-    (multi-set); see the module doc."""
+    (multi-set); see the module doc.
+
+    Args:
+        model: Trained model id, Hugging Face name or folder that retrieves the candidates.
+        dataset: Dataset whose questions get mined negatives.
+        split: Split of the dataset, e.g. train.
+        mode: single-set: new negatives are the BM25 ones plus the mined ones; multi-set: the mined
+            ones only (TASER).
+        depth: Passages retrieved per question.
+        count: Mined negatives kept per question (no gold, no answer-bearing passage).
+        index_type: The model's FAISS index: flat, hnsw or ivfpq.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        runner: Mine batches of questions as tasks on this task runner (threads, processes, Dask);
+            empty: in process.
+        question_batch: Questions per mining task on a task runner.
+    """
     if mode not in TRAINING_MODES:
         raise ValueError(f"mode must be one of {TRAINING_MODES}, got {mode!r}")
     ws = Workspace.resolve(workspace)

@@ -52,7 +52,18 @@ def bm25_negatives_flow(
     workspace: str | None = None,
 ) -> Bm25NegativesReport:
     """DPR's BM25 hard negatives: per question, the `count` best BM25 passages (of the top
-    `depth`) that contain no answer (title or text) and are not positives."""
+    `depth`) that contain no answer (title or text) and are not positives.
+
+    Args:
+        dataset: Dataset whose questions get hard negatives (train uses them).
+        split: Split of the dataset, e.g. train.
+        count: Hard negatives kept per question (1 to 30).
+        depth: BM25 passages searched per question.
+        k1: BM25 k1.
+        b: BM25 b.
+        threads: Search threads; empty: all cores.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     if not 1 <= count <= MAX_HARD_NEGATIVES:
         raise ValueError(f"--count must be between 1 and {MAX_HARD_NEGATIVES}, got {count}")
     ws = Workspace.resolve(workspace)

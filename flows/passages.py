@@ -61,7 +61,15 @@ def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint:
 
 @flow(name="import-passages")
 def import_passages_flow(fmt: str, path: str, workspace: str | None = None) -> ImportPassagesReport:
-    """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table."""
+    """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table.
+
+    Args:
+        fmt: Format of the corpus: dpr-tsv (id, text, title columns) or beir (a folder with
+            corpus.jsonl, or the file itself).
+        path: The corpus file or BEIR folder, on the machine the flow runs on; a file imported
+            again replaces its earlier rows.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     if fmt not in READERS:
         raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(READERS)}")
     ws = Workspace.resolve(workspace)

@@ -338,7 +338,16 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
 def import_questions_flow(
     fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None
 ) -> ImportQuestionsReport:
-    """Import a standard QA dataset file into `questions` (and `passages` / `qrels`)."""
+    """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).
+
+    Args:
+        fmt: Format of the file: dpr-json, dpr-qas, nq-open, entityquestions, squad or beir.
+        path: The dataset file (or folder: entityquestions, beir), on the machine the flow runs on.
+        dataset: Name the questions get, used as NAME in NAME:SPLIT by train, retrieve and evaluate.
+        split: Split the questions get, e.g. train, dev or test.
+        memory_limit: DuckDB memory limit while deduplicating the passages the file brings.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
     log = stage_logger()
     if fmt not in FORMATS:
         raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}")

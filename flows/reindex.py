@@ -13,6 +13,11 @@ Encoding reuses the vectors of every passage the model already encoded unchanged
 reused / removed, passages re-encoded / reused / removed, build times) go into the release
 record and the `metrics` table under the run name `reindex:<release>`.
 
+The weekly deployment is given no dump or passages: it watches a source (`watch`: a dump, a
+passages file or a folder where new files land, by default `<workspace>/incoming/`; see
+`flows.incoming`) and ingests what it finds there. Every run logs where it looked, what it
+found, what each file changed and whether a new release was published.
+
 Two re-indexes never overlap (`storage.releases.reindex_lock`): a second one waits up to
 `wait_seconds` and is then refused, saying which run holds the lock since when.
 """
@@ -29,6 +34,7 @@ from prefect import flow
 from flows.artifacts import publish_table
 from flows.bm25 import build_bm25
 from flows.encode import encode
+from flows.incoming import default_source, look_at
 from flows.index import index_params, index_task
 from flows.passages import import_passages_flow
 from flows.publish import publish_indexes
@@ -79,6 +85,29 @@ def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_form
     return ingested
 
 
+def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str) -> dict[str, Report]:
+    """Ingest what the watched source holds (`flows.incoming`), logging where it looked and what
+    each file changed."""
+    log = stage_logger()
+    source = Path(watch).expanduser().resolve() if watch else default_source(ws.root)
+    if not watch:
+        source.mkdir(parents=True, exist_ok=True)  # so a user sees where new files go
+    incoming = look_at(source, passages_format)
+    log.info("re-index %s", incoming.describe())
+    ingested: dict[str, Report] = {}
+    if incoming.dump is not None:
+        ingested["dump"] = report = ingest_dump_incremental(ws, incoming.dump)
+        log.info("dump %s: %s", incoming.dump.name, "unchanged since the last ingest" if report.noop else
+                 f"{report.pages_recleaned} pages cleaned again, {report.pages_reused} reused, "
+                 f"{report.pages_removed} removed")  # fmt: skip
+    for path, fmt in incoming.passages:
+        ingested[f"passages:{path.name}"] = imported = import_passages_flow(fmt=fmt, path=str(path),
+                                                                           workspace=str(ws.root))  # fmt: skip
+        log.info("passages %s: %s", path.name, "already imported with identical content" if imported.noop else
+                 f"{imported.passages} passages imported")  # fmt: skip
+    return ingested
+
+
 def _dense_figures(ws: Workspace, model: str, index_type: str, batch_size: int, shard_size: int,
                    runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
     """Encode (reusing unchanged vectors) and build the production model's index; their figures."""
@@ -100,6 +129,7 @@ def reindex_flow(
     passages: str | None = None,
     passages_format: str = "dpr-tsv",
     model: str | None = None,
+    watch: str | None = None,
     index_type: str = "flat",
     bm25: bool = True,
     dense: bool = True,
@@ -119,9 +149,14 @@ def reindex_flow(
             empty: none.
         passages: A passages file to import first (its rows replace an earlier import of the same file);
             empty: none.
-        passages_format: Format of passages: dpr-tsv or beir.
+        passages_format: Format of passages (and of a watched passages file whose name does not
+            say it): dpr-tsv or beir.
         model: Model that encodes the passages; empty: the model of the release being served,
             else the newest trained one.
+        watch: When no dump or passages is given: the source looked at on every run, a dump
+            (.xml, .xml.bz2), a passages file (.tsv, .jsonl) or a folder where such files land
+            (the newest dump and every passages file in it are ingested); empty: the folder
+            incoming/ of the workspace.
         index_type: FAISS index type: flat, hnsw or ivfpq.
         bm25: Build the BM25 (Lucene) index.
         dense: Encode the passages and build the FAISS index.
@@ -144,12 +179,17 @@ def reindex_flow(
 
     holder = f"flow run {flow_run.get_name() or flow_run.get_id() or '?'}"
     with reindex_lock(ws, wait_seconds, holder), flow_run_logs():
-        ingested = _ingest(ws, dump, passages, passages_format)
+        before = ws.rows("passages")
+        if dump or passages:
+            ingested = _ingest(ws, dump, passages, passages_format)
+        else:
+            ingested = _ingest_watched(ws, watch, passages_format)
         if ws.rows("passages") == 0:
             raise ValueError("the passages table is empty: give a dump or passages to ingest")
         version = require_passages(ws)
         chosen = production_model(ws, model) if dense else None
         figures: dict[str, Any] = {"passages": ws.rows("passages")}
+        log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
         dumped = ingested.get("dump")
         if dumped is not None:
             figures.update({name: getattr(dumped, name) for name in ("pages_recleaned", "pages_reused", "pages_removed")
@@ -178,5 +218,6 @@ def reindex_flow(
         log.info("re-index %s published (%s); pruned old releases: %s", release.release, figures,
                  published.pruned_releases or "none")  # fmt: skip
     else:
-        log.info("release %s already serves passages %s with these indexes (no-op)", release.release, version)
+        log.info("nothing changed: release %s already serves passages %s with these indexes (no-op)",
+                 release.release, version)  # fmt: skip
     return report

@@ -31,6 +31,7 @@ from typing import Any
 
 from prefect import flow, task
 
+from flows.artifacts import publish_training
 from flows.console import tell
 from flows.runtime import flow_run_logs, run_log_env, stage_logger
 from flows.stages import finished_report
@@ -284,5 +285,7 @@ def train_flow(
     register_model(ws, model_id, Path(result["model_dir"]), row, stage=stage, stage_fingerprint=stage_fp,
                    curve=result.get("log", []), leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip
     shutil.rmtree(work, ignore_errors=True)
+    publish_training(model_id, dev, {"step": result["best_step"], "metrics": result["best_metrics"]},
+                     result.get("log", []), result["dev_history"])  # fmt: skip
     log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
     return report

@@ -9,6 +9,7 @@ counts as a hit for a question when it is one of its positives or contains one o
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 from collections.abc import Callable, Sequence
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from models.base import Retriever
 from models.data import TrainingExample
+from pipelines.progress import log as progress_log
 
 DevEvaluator = Callable[[Retriever], dict[str, float]]
 
@@ -53,6 +55,11 @@ class InMemoryDevEvaluator:
             self.hits.append(positives | answer_hits)
 
     def __call__(self, retriever: Retriever) -> dict[str, float]:
+        # Logged at the start and the end (the encodings log their own progress when they last
+        # long enough), so a run's log is not silent for the whole evaluation.
+        started = time.perf_counter()
+        progress_log.info("dev evaluation: encoding %d questions and a pool of %d passages (their positives and "
+                          "hard negatives)", len(self.examples), len(self.passages))  # fmt: skip
         questions = retriever.encode_questions(
             [e.question for e in self.examples], batch_size=self.batch_size
         )
@@ -66,4 +73,6 @@ class InMemoryDevEvaluator:
             top = ranking[:, :k]
             found = [bool(hits.intersection(row.tolist())) for hits, row in zip(self.hits, top, strict=True)]
             metrics[f"R@{k}"] = float(np.mean(found))
+        progress_log.info("dev evaluation done in %.1f s: %s", time.perf_counter() - started,
+                          ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()))  # fmt: skip
         return metrics

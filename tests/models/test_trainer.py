@@ -189,3 +189,18 @@ def test_bf16_autocast_trains_on_cpu_and_is_deterministic(dropout_checkpoint, to
     assert losses != full  # ...and really computes in bf16
     assert all(torch.equal(tensor, weights_again[name]) for name, tensor in weights.items())
     assert all(tensor.dtype == torch.float32 for tensor in weights.values())  # master weights stay fp32
+
+
+def test_the_dev_evaluation_logs_what_it_encodes_and_what_it_got(tiny_checkpoint, toy_examples, caplog):
+    """A run's log is not silent through a dev evaluation: a line when it starts (questions, pool)
+    and one with its R@K when it ends, on the logger flows route into the run's logs."""
+    from pipelines.progress import LOGGER_NAME
+
+    evaluator = InMemoryDevEvaluator(toy_examples, ks=(1, 5))
+    with caplog.at_level("INFO", logger=LOGGER_NAME):
+        metrics = evaluator(create_retriever("sde", tiny_checkpoint))
+    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME and r.getMessage().startswith("dev eval")]
+    assert lines[0] == (f"dev evaluation: encoding {len(toy_examples)} questions and a pool of "
+                        f"{len(evaluator.passages)} passages (their positives and hard negatives)")  # fmt: skip
+    assert lines[-1].startswith("dev evaluation done in ") and lines[-1].endswith(
+        f"R@1 {metrics['R@1']:.4f}, R@5 {metrics['R@5']:.4f}")

@@ -1,10 +1,15 @@
-"""`prefect deploy --all` against a real local server creates every deployment of prefect.yaml,
+"""prefect.yaml has a deployment for every verb a user runs, none of them with a default that
+names the sample's data or that a cleared form field could not clear; `prefect deploy --all`
+against a real local server creates every deployment of prefect.yaml,
 a deployment run triggered through the API is picked up by the process worker and completes, and
 the server's scheduler creates the weekly re-index runs (Sundays 03:00 UTC) from the deployed cron
 schedule. (A second re-index while one runs is refused by its lock: tests/ops/test_reindex.py.)"""
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +23,14 @@ from storage import Workspace
 SCHEDULER_LOOP_ENV = "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"
 FLOW_NAMES = {
     "flows/wikipedia.py:ingest_wikipedia_flow": "ingest-wikipedia",
+    "flows/passages.py:import_passages_flow": "import-passages",
+    "flows/questions.py:import_questions_flow": "import-questions",
+    "flows/bm25.py:bm25_index_flow": "bm25-index",
+    "flows/negatives.py:bm25_negatives_flow": "negatives-bm25",
+    "flows/mine.py:mine_flow": "mine-negatives",
+    "flows/index.py:index_build_flow": "dense-index-build",
+    "flows/retrieve.py:retrieve_flow": "retrieve",
+    "flows/tune_hybrid.py:tune_hybrid_flow": "tune-hybrid",
     "flows/categories.py:label_domains_flow": "label-domains",
     "flows/questions.py:trex_questions_flow": "questions-trex",
     "flows/train.py:train_flow": "train",
@@ -33,12 +46,41 @@ FLOW_NAMES = {
 def test_prefect_yaml_has_a_deployment_per_flow_and_a_scheduled_reindex() -> None:
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"ingest", "label", "questions", "train", "train-rounds", "experiment-dual-encoders",
-                                "experiment-taser", "evaluate", "pipeline", "reindex"}  # fmt: skip
+    assert set(deployments) == {"ingest", "import-passages", "import-questions", "label", "questions", "bm25-index",
+                                "negatives", "train", "mine", "index-build", "retrieve", "evaluate", "tune-hybrid",
+                                "train-rounds", "experiment-dual-encoders", "experiment-taser", "pipeline",
+                                "reindex"}  # fmt: skip
     assert {d["entrypoint"] for d in deployments.values()} == set(FLOW_NAMES)
     assert all(d["work_pool"]["name"] == "odqa-process" for d in deployments.values())
     assert deployments["reindex"]["schedules"][0]["cron"]
     assert deployments["reindex"]["concurrency_limit"]["limit"] == 1
+
+
+SAMPLE_DATA = re.compile(r"sample/|trex|squad|nq-|enwiki|toy", re.IGNORECASE)
+
+
+def test_no_deployment_defaults_to_sample_data_or_to_a_value_a_cleared_field_cannot_clear() -> None:
+    """A form field the user clears is left out of the run's parameters (Prefect 3.8.8's UI sends
+    no key, checked in tests/ops/test_prefect_ui_project.py), and the server then fills it from
+    the deployment's parameters: so a deployment sets no parameter whose flow default is None
+    (empty has a meaning there), and no default, in prefect.yaml or in a flow's signature, names
+    the sample's files or datasets. `pipeline` is the sample's own pipeline and exempt."""
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
+    for deployment in spec["deployments"]:
+        if deployment["name"] == "pipeline":
+            continue
+        flow = load_flow_from_entrypoint(str(REPO_ROOT / deployment["entrypoint"]))
+        signature = inspect.signature(flow.fn).parameters
+        for name, value in (deployment.get("parameters") or {}).items():
+            assert not SAMPLE_DATA.search(json.dumps(value)), (deployment["name"], name, value)
+            assert signature[name].default is not None, f"{deployment['name']}: {name} is optional, set in prefect.yaml"
+        schema = parameter_schema(flow).model_dump()
+        models = [m.get("properties") or {} for m in (schema.get("definitions") or {}).values()]
+        for prop in [*schema["properties"].values(), *(p for m in models for p in m.values())]:
+            assert not SAMPLE_DATA.search(json.dumps(prop.get("default"))), (deployment["name"], prop)
 
 
 async def _deployed_names() -> set[str]:

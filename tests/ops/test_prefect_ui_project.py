@@ -1,0 +1,219 @@
+"""A project on the user's own data, run from the Prefect UI in a real headless browser, beginning
+with an empty workspace: passages and questions imported through their deployments, a model
+trained from the `train` Custom run form with `dev` typed and then cleared (the run gets no
+`dev` at all, so no sample dev set sneaks back in), its artifact showing the loss plot, and the
+scheduled `reindex` deployment, quick-run from its page after a new passages file landed in the
+workspace's incoming/ folder, publishing a new release and logging what it looked at.
+
+What the 3.8.8 UI submits for a cleared field was checked here: nothing (the key is left out),
+so the server fills it from the deployment's own parameters; prefect.yaml therefore sets no
+optional parameter (tests/ops/test_deployments.py checks that)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from flows.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
+from tests.browser import ARTIFACTS, headless_chromium
+from tests.experiments.tiny_encoder import write_tiny_encoder
+from tests.ops.test_cli_terminal import PASSAGES, write_passages
+
+UI_TIMEOUT_S = 60
+RUN_TIMEOUT_S = 240
+DEPLOYMENTS = ("import-passages", "import-questions", "train", "reindex")
+QUESTIONS = [("What is the longest river of Zorbania?", "Quellor", "1"),
+             ("What is the capital of Vexland?", "Morvil", "2"),
+             ("Which composer wrote the opera Glass Tides?", "Ilsa Brandt", "3"),
+             ("What is Farnwick known for?", "copper mines", "4")]  # fmt: skip
+NEW_PASSAGES = [("6", "Quellor river floods every spring near Zorbania's capital.", "Quellor")]
+
+
+def _write_dpr_json(path: Path) -> Path:
+    texts = {pid: (text, title) for pid, text, title in PASSAGES}
+    path.write_text(json.dumps([{"question": q, "answers": [a], "negative_ctxs": [], "hard_negative_ctxs": [],
+                                 "positive_ctxs": [{"passage_id": pid, "text": texts[pid][0], "title": texts[pid][1]}]}
+                                for q, a, pid in QUESTIONS]), encoding="utf-8")  # fmt: skip
+    return path
+
+
+def _field(browser, name: str, tag: str = "textarea"):
+    """The input of the form property labelled `name` (the label reads 'name' or 'name (Optional)')."""
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.XPATH, f"{_property(name)}//{tag}")
+
+
+def _property(name: str) -> str:
+    return (f"//div[contains(concat(' ', normalize-space(@class), ' '), ' schema-form-property ')]"
+            f"[.//span[contains(@class, 'schema-form-property__label') and "
+            f"(normalize-space()='{name}' or normalize-space()='{name} (Optional)')]]")  # fmt: skip
+
+
+def _type(element, text: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    element.send_keys(Keys.CONTROL + "a", Keys.BACK_SPACE)
+    if text:
+        element.send_keys(text)
+
+
+async def _runs_of(deployment_id: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    async with get_client() as client:
+        return await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+                                           sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=20, offset=0)  # fmt: skip
+
+
+def _finished(deployment_id: str, known: set, logs: Path, timeout: float = RUN_TIMEOUT_S):
+    """The deployment's new flow run (not in `known`) once it is final; fails with the worker's log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = [run for run in asyncio.run(_runs_of(deployment_id)) if run.id not in known]
+        if new and new[0].state is not None and new[0].state.is_final():
+            worker = logs.read_text(errors="replace")[-4000:] if logs.is_file() else ""
+            assert new[0].state.is_completed(), (new[0].name, new[0].state, worker)
+            return new[0]
+        time.sleep(1)
+    raise AssertionError(f"no finished run of deployment {deployment_id} in {timeout} s")
+
+
+async def _run_logs(flow_run_id) -> str:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        response = await client._client.post("/logs/filter", json={
+            "logs": {"flow_run_id": {"any_": [str(flow_run_id)]}}, "limit": 200, "offset": 0, "sort": "TIMESTAMP_ASC"})
+        response.raise_for_status()
+        return "\n".join(entry["message"] for entry in response.json())
+
+
+async def _artifact_id(key: str) -> str:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        response = await client._client.post("/artifacts/filter", json={
+            "artifacts": {"key": {"any_": [key]}}, "limit": 1, "offset": 0, "sort": "UPDATED_DESC"})  # fmt: skip
+        response.raise_for_status()
+        return response.json()[0]["id"]
+
+
+def _deployment(api_url: str, flow: str, name: str) -> dict:
+    with urllib.request.urlopen(f"{api_url}/deployments/name/{flow}/{name}", timeout=30) as response:
+        return json.load(response)
+
+
+def _start(api_url: str, ws: Path, log: Path) -> LocalPrefect:
+    """The pool, the deployments this test uses (as `./run server` deploys them) and a worker
+    whose flow runs use `ws`."""
+    env = prefect_env(api_url, ws) | {"PREFECT_WORKER_QUERY_SECONDS": "1", "ODQA_PROGRESS": "log"}
+    prefect(["work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
+    prefect(["--no-prompt", "deploy", *[arg for name in DEPLOYMENTS for arg in ("--name", name)]], env)
+    return LocalPrefect(api_url, env, start_worker(env, POOL, log))
+
+
+def _submit_train_form(browser, ui: str, deployment_id: str, base: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{ui}/deployments/deployment/{deployment_id}/run")
+    wait = WebDriverWait(browser, UI_TIMEOUT_S)
+    wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "snapshot_dir"))
+    assert _field(browser, "arch").get_attribute("value") == "taser"
+    for name in ("base", "model_id", "dev"):
+        assert _field(browser, name).get_attribute("value") == "", f"{name} has a default"  # no sample datasets
+    assert _field(browser, "max_steps", "input").get_attribute("value") == ""
+    _type(_field(browser, "arch"), "dpr")
+    _type(_field(browser, "base"), base)
+    _type(_field(browser, "model_id"), "mine")
+    browser.find_element(By.XPATH, f"{_property('train')}//button[normalize-space()='Add item']").click()
+    wait.until(lambda _: _field(browser, "train"))
+    _type(_field(browser, "train"), "toy:train")
+    _type(_field(browser, "dev"), "toy:dev")
+    _type(_field(browser, "dev"), "")  # cleared: "empty: no dev evaluation"
+    _type(_field(browser, "max_steps", "input"), "2")
+    _type(_field(browser, "batch_size", "input"), "2")
+    _type(_field(browser, "hard_negatives", "input"), "0")
+    browser.save_screenshot(str(ARTIFACTS / "prefect-project-train-form.png"))
+    browser.find_element(By.XPATH, "//button[@type='submit' and normalize-space()='Submit']").click()
+    wait.until(lambda _: "/run" not in browser.current_url)
+
+
+def _quick_run(browser, ui: str, deployment_id: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{ui}/deployments/deployment/{deployment_id}")
+    wait = WebDriverWait(browser, UI_TIMEOUT_S)
+    wait.until(ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Run']"))).click()
+    wait.until(ec.element_to_be_clickable((By.XPATH, "//*[normalize-space()='Quick run']"))).click()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(1200)  # about 3 minutes on an idle machine, 15 with 8 test suites on 2 cores
+def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: Path) -> None:
+    from prefect.deployments import run_deployment
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from storage import Workspace
+    from storage.releases import current_release
+
+    ws = tmp_path / "ws"
+    logs = tmp_path / "worker.log"
+    running = _start(prefect_harness, ws, logs)
+    ui = prefect_harness.removesuffix("/api")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        for name, parameters in [
+            ("import-passages/import-passages", {"path": str(write_passages(tmp_path / "p.tsv", PASSAGES))}),
+            ("import-questions/import-questions", {"fmt": "dpr-json", "path": str(_write_dpr_json(tmp_path / "t.json")),
+                                                   "dataset": "toy", "split": "train"}),
+        ]:  # fmt: skip
+            done = run_deployment(name, parameters=parameters, timeout=RUN_TIMEOUT_S, poll_interval=1)
+            assert done.state.is_completed(), (name, done.state, logs.read_text(errors="replace")[-4000:])
+        assert Workspace.resolve(ws).rows("passages") == len(PASSAGES)
+
+        train = _deployment(prefect_harness, "train", "train")
+        reindex = _deployment(prefect_harness, "reindex", "reindex")
+        known = {run.id for run in asyncio.run(_runs_of(train["id"])) + asyncio.run(_runs_of(reindex["id"]))}
+        with headless_chromium(window="1400,4200") as browser:
+            _submit_train_form(browser, ui, train["id"], write_tiny_encoder(tmp_path / "base"))
+            trained = _finished(train["id"], known, logs)
+            assert "dev" not in trained.parameters and trained.parameters["max_steps"] == 2, trained.parameters
+
+            browser.get(f"{ui}/artifacts/artifact/{asyncio.run(_artifact_id('train-mine'))}")
+            wait = WebDriverWait(browser, UI_TIMEOUT_S)
+            image = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "img[src^='data:image/png;base64,']")))
+            wait.until(lambda _: browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth",
+                                                        image))  # fmt: skip
+            width = browser.execute_script("return arguments[0].naturalWidth", image)
+            page = browser.find_element(By.TAG_NAME, "body").text
+            browser.save_screenshot(str(ARTIFACTS / "prefect-project-train-artifact.png"))
+            assert width >= 600 and "Dev R@K: none, dev was empty" in page, page
+
+            assert current_release(Workspace.resolve(ws)) is None
+            (ws / "incoming").mkdir()
+            write_passages(ws / "incoming" / "new.tsv", NEW_PASSAGES)  # lands where the re-index looks
+            _quick_run(browser, ui, reindex["id"])
+            reindexed = _finished(reindex["id"], known, logs)
+        release = current_release(Workspace.resolve(ws))
+        assert release is not None and release.default_model and "mine" in release.default_model, release
+        text = asyncio.run(_run_logs(reindexed.id))
+        assert f"looked at {ws / 'incoming'}: passages new.tsv (dpr-tsv)" in text, text
+        assert "new.tsv: 1 passages imported" in text and f"passages: {len(PASSAGES)} before, 6 now" in text, text
+        assert re.search(r"re-index \S+ published", text), text
+    finally:
+        running.stop_worker()
