@@ -4,8 +4,9 @@ Tasks:
 1. `load-training-examples`: questions of NAME:SPLIT joined with the passages they reference
    (positives, hard negatives) into a Parquet examples file; questions without a known
    positive are skipped and counted.
-2. `train-retriever` (tagged `gpu`, so a Prefect concurrency limit on that tag holds training
-   to one run per GPU): runs the training job in-process, or under torchrun with `gpus > 1`.
+2. `train-retriever` (holding one of the machine's `gpu` slots, `flows.concurrency_slots`, so
+   trainings and encodings queue for the devices, and a killed one frees its slot at once): runs
+   the training job in-process, or under torchrun with `gpus > 1` or `nodes > 1`.
 3. registration (`storage.model_registry.register_model`): the best (or last) model goes to
    `<workspace>/models/<model_id>`, with its row in `models` (arch, parameters, path, base,
    trained_on, config with dev metrics) and its curve in `training_log` (step, loss, lr,
@@ -31,6 +32,7 @@ from typing import Any
 
 from prefect import flow, task
 
+from flows.concurrency_slots import gpu_slot
 from flows.console import tell
 from flows.runtime import flow_run_logs, run_log_env, stage_logger
 from flows.stages import finished_report
@@ -96,15 +98,16 @@ def load_examples_task(workspace: str, dataset: str, split: str, output: str) ->
                           domains=sorted({d for e in examples for d in e.domains}))  # fmt: skip
 
 
-@task(name="train-retriever", tags=["gpu"])
+@task(name="train-retriever")
 def train_task(job_file: str, gpus: int) -> dict[str, Any]:
     job = TrainingJob.read(Path(job_file))
-    if gpus > 1:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-                   "-m", "flows.train_worker", job_file]  # fmt: skip
-        subprocess.run(command, check=True, env={**os.environ, **run_log_env()})
-    else:
-        run_job(job)
+    with gpu_slot(f"train {Path(job_file).parent.name}"):
+        if gpus > 1:
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
+                       "-m", "flows.train_worker", job_file]  # fmt: skip
+            subprocess.run(command, check=True, env={**os.environ, **run_log_env()})
+        else:
+            run_job(job)
     return json.loads(Path(job.result_path).read_text(encoding="utf-8"))
 
 

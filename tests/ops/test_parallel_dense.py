@@ -164,7 +164,8 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
     kept = {s.vectors_file: (out / s.vectors_file).stat().st_mtime_ns for s in manifest.shards}
 
     report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
-    assert report.tasks == 2 and report.encoded_now == PASSAGES - 2 * SHARD and not report.noop, report
+    # Shard 0's files, written before the kill for these very passages, are taken as they are.
+    assert report.tasks == 2 and report.encoded_now == PASSAGES - 3 * SHARD and not report.noop, report
     assert {f: (out / f).stat().st_mtime_ns for f in kept} == kept  # finished shards were not re-encoded
     again_ids, again_vectors, shards = embeddings(ws, model)
     assert again_ids == ids and again_vectors.tobytes() == vectors.tobytes()
