@@ -145,13 +145,21 @@ def _dask_slots_on_this_host() -> int | None:
     return _host_slots[scheduler]
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: a worker pinned with `taskset` to one core gets one
+    thread, not one per core of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def limit_threads(threads: int | None) -> int:
     """Set this task's torch (and FAISS) intra-op threads; returns the number set."""
     import torch
 
     if threads is None:
         slots = _dask_slots_on_this_host()
-        threads = threads_per_task(os.cpu_count() or 1, slots) if slots else torch.get_num_threads()
+        threads = threads_per_task(usable_cores(), slots) if slots else torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         import faiss

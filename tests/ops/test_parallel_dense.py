@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
 from flows.task_runners import RunnerSettings
@@ -207,3 +208,131 @@ def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model:
     assert files["dask"].equals(files["unmapped"])
     same = {name: {**r.as_dict(), "negatives_file": Path(r.negatives_file).name} for name, r in reports.items()}
     assert same["dask"] == same["unmapped"]
+
+
+# --- issue 33: capacity on the workers, shared clusters, lost workers, one encoding -----------
+
+
+class ShardCounts(SchedulerPlugin):
+    """A scheduler plugin counting, per worker, the tasks that finished there, and (when
+    ``lose_after`` is set) removing the worker of the that many-th finished one as a lost worker."""
+
+    name = "odqa-shard-counts"
+
+    def __init__(self, scheduler, lose_after: int | None = None) -> None:  # noqa: ANN001
+        self.scheduler, self.lose_after = scheduler, lose_after
+        self.per_worker: dict[str, int] = {}
+        self.finished: list[str] = []
+        self.asked: list[dict | None] = []  # each finished task's resource restrictions
+        self.lost: str | None = None
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:  # noqa: ANN001 (Dask's plugin hook)
+        import asyncio
+
+        if start == "processing" and finish == "memory":  # only shard tasks run on this cluster
+            self.asked.append(self.scheduler.tasks[key].resource_restrictions)
+            self.per_worker[kwargs["worker"]] = self.per_worker.get(kwargs["worker"], 0) + 1
+            self.finished.append(str(key))
+            if self.lose_after and len(self.finished) == self.lose_after and self.lost is None:
+                self.lost = kwargs["worker"]
+                asyncio.ensure_future(self.scheduler.remove_worker(self.lost, stimulus_id="test-lost-worker"))
+
+
+@pytest.fixture()
+def accelerator_cluster() -> Iterator:
+    """Two workers, each declaring one unit of the accelerator resource."""
+    from distributed import LocalCluster
+
+    from flows.task_runners import ACCELERATOR
+
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=False, dashboard_address=None,
+                      resources={ACCELERATOR: 1}) as local:  # fmt: skip
+        yield local
+
+
+def _count_shards(cluster, lose_after: int | None = None) -> ShardCounts:
+    counts = ShardCounts(cluster.scheduler, lose_after)
+    cluster.scheduler.add_plugin(counts, name=ShardCounts.name)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def reference(base: Path, model: str, tmp_path_factory) -> tuple[list[str], np.ndarray]:
+    """The default runner's embeddings (in process) with shards of 2 passages."""
+    from flows.encode import encode_flow
+
+    ws = copy_of(base, tmp_path_factory.mktemp("reference"), "unmapped")
+    encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4)
+    ids, vectors, _ = embeddings(ws, model)
+    return ids, vectors
+
+
+@pytest.mark.e2e
+def test_two_workspaces_share_a_cluster_whose_workers_declare_the_accelerator(
+    base: Path, model: str, reference, accelerator_cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each worker holds one accelerator unit: both encode shards at once (no server limit in
+    between), and two workspaces' encodes on the one cluster both finish, bit-identical."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flows.encode import encode_flow
+
+    counts = _count_shards(accelerator_cluster)
+    runner = RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address)
+    spaces = [copy_of(base, tmp_path, name) for name in ("first", "second")]
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda ws: encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4,
+                                                       runner=runner), spaces))  # fmt: skip
+    assert [r.tasks for r in reports] == [PASSAGES // 2] * 2 and all(r.encoded_now == PASSAGES for r in reports)
+    assert len(counts.per_worker) == 2 and all(n > 0 for n in counts.per_worker.values()), counts.per_worker
+    assert sum(counts.per_worker.values()) == PASSAGES  # 12 shards per workspace, each run once
+    assert counts.asked == [{"GPU": 1}] * PASSAGES  # every task asked for one accelerator unit
+    for ws in spaces:
+        ids, vectors, _ = embeddings(ws, model)
+        assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
+    assert not [r for r in caplog.records if "lease" in r.getMessage().lower()]
+
+
+@pytest.mark.e2e
+def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, accelerator_cluster,
+                                           tmp_path: Path) -> None:  # fmt: skip
+    """The worker of the first finished shard is lost: the run finishes on the other one with the
+    same vectors, without encoding any shard twice, and without waiting for the lost one."""
+    import time
+
+    from flows.encode import encode_flow
+
+    counts = _count_shards(accelerator_cluster, lose_after=1)
+    ws = copy_of(base, tmp_path, "lost")
+    started = time.monotonic()
+    report = encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4,
+                         runner=RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address))
+    took = time.monotonic() - started
+    assert counts.lost is not None and len(accelerator_cluster.scheduler.workers) == 1
+    assert report.encoded_now == PASSAGES, report  # no finished shard encoded again
+    ids, vectors, shards = embeddings(ws, model)
+    assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes() and len(shards) == PASSAGES // 2
+    assert took < 120, f"{took:.0f} s"
+
+
+@pytest.mark.e2e
+def test_index_build_keeps_the_shards_encode_made(base: Path, model: str, tmp_path: Path) -> None:
+    """`odqa encode --shard-size 2` then `odqa index build` (default shard size): nothing is
+    encoded again, the shard files stay as they were."""
+    from flows.encode import encode_flow
+    from flows.index import index_build_flow
+    from models.workspace_search import dense_build
+    from pipelines.dense.sharded_encoding import read_manifest
+    from storage.model_registry import resolve_model
+
+    ws = copy_of(base, tmp_path, "encode-then-index")
+    encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4, dtype="float16")
+    space = Workspace.resolve(ws)
+    out = dense_build(space, resolve_model(space, model)).embeddings
+    written = {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*")}
+    assert len(written) == PASSAGES  # 12 shards, two files each
+    report = index_build_flow(model=model, workspace=ws)
+    assert report.vectors == PASSAGES
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("shard-*")} == written
+    manifest = read_manifest(out)
+    assert manifest.shard_size == 2 and manifest.dtype == "float16" and manifest.complete
