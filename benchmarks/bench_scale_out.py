@@ -114,7 +114,8 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="odqa-bench-scale-out-"))
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    log = scratch / "dask.log"
+    log = Path(tempfile.gettempdir()) / f"odqa-bench-scale-out-dask-{os.getpid()}.log"  # kept: the cluster's story
+    print(f"dask scheduler and worker log: {log}", flush=True)
     scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                                  stdout=log.open("ab"), stderr=subprocess.STDOUT)  # fmt: skip
     runs: dict[str, list[dict]] = {"1 worker": [], "2 workers": [], "2 workers, one killed": []}

@@ -86,6 +86,7 @@ class EncodeReport(Report):
     restarted: str | None = None  # why earlier shards were discarded, if they were
     runner: str | None = None  # the task runner the shards were mapped on, if any
     tasks: int | None = None  # shard tasks mapped on it
+    taken: int = 0  # shard tasks a cluster ran again that found their shard written (not encoded twice)
 
 
 def remember_model(ws: Workspace, ref: ModelRef) -> None:
@@ -256,7 +257,7 @@ def encode_mapped_flow(
     write_manifest(out, manifest)  # what the shard files belong to, before any task writes one
     plan = pending_shards(snapshot.rows("passages"), manifest.shard_size, manifest.shards)
     log.info("encode %s: %d shard(s) to encode, %d already finished", model, len(plan), len(manifest.shards))
-    encoded, devices, failures = 0, set(), []
+    encoded, taken, devices, failures = 0, 0, set(), []
     started = time.perf_counter()
     runner = runner or RunnerSettings()
     with RestoreTorchThreads(), accelerator_request(runner):
@@ -275,6 +276,7 @@ def encode_mapped_flow(
             raise RuntimeError(f"shard {info.index}: {info.count} passages written, {planned[future].count} planned")
         record_shard(out, manifest, info)
         encoded += info.count if fresh else 0
+        taken += 0 if fresh else 1
         devices.add(device)
     if failures:
         raise RuntimeError(f"{len(failures)} of {len(plan)} shard task(s) failed; the {len(plan) - len(failures)} "
@@ -284,7 +286,7 @@ def encode_mapped_flow(
     write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
     return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=encoded,
                         seconds=round(time.perf_counter() - started, 3), devices=sorted(devices),
-                        restarted=restart_reason, tasks=len(plan))  # fmt: skip
+                        restarted=restart_reason, tasks=len(plan), taken=taken)  # fmt: skip
 
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:

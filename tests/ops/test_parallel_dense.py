@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +226,9 @@ class ShardCounts(SchedulerPlugin):
         self.per_worker: dict[str, int] = {}
         self.finished: list[str] = []
         self.asked: list[dict | None] = []  # each finished task's resource restrictions
+        self.times: list[float] = []  # when each finished
+        self.durations: list[float] = []  # how long each computed
+        self.lost_at: float | None = None
         self.lost: str | None = None
 
     def transition(self, key, start, finish, *args, **kwargs) -> None:  # noqa: ANN001 (Dask's plugin hook)
@@ -233,8 +238,10 @@ class ShardCounts(SchedulerPlugin):
             self.asked.append(self.scheduler.tasks[key].resource_restrictions)
             self.per_worker[kwargs["worker"]] = self.per_worker.get(kwargs["worker"], 0) + 1
             self.finished.append(str(key))
+            self.times.append(time.monotonic())
+            self.durations += [s["stop"] - s["start"] for s in kwargs["startstops"] if s["action"] == "compute"]
             if self.lose_after and len(self.finished) == self.lose_after and self.lost is None:
-                self.lost = kwargs["worker"]
+                self.lost, self.lost_at = kwargs["worker"], time.monotonic()
                 asyncio.ensure_future(self.scheduler.remove_worker(self.lost, stimulus_id="test-lost-worker"))
 
 
@@ -296,23 +303,23 @@ def test_two_workspaces_share_a_cluster_whose_workers_declare_the_accelerator(
 @pytest.mark.e2e
 def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, accelerator_cluster,
                                            tmp_path: Path) -> None:  # fmt: skip
-    """The worker of the first finished shard is lost: the run finishes on the other one with the
-    same vectors, without encoding any shard twice, and without waiting for the lost one."""
-    import time
-
+    """The worker of the second finished shard is lost: the run finishes on the other one with the
+    same vectors. The shards whose results went with the lost worker are run again by Dask, find
+    their files written and take them (no passage is encoded twice), and no shard waits for the
+    lost worker: no gap between finished shards after the loss is longer than a shard takes
+    (the issue measured 70 s for a dead task's slot)."""
     from flows.encode import encode_flow
 
-    counts = _count_shards(accelerator_cluster, lose_after=1)
+    counts = _count_shards(accelerator_cluster, lose_after=2)
     ws = copy_of(base, tmp_path, "lost")
-    started = time.monotonic()
     report = encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4,
                          runner=RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address))
-    took = time.monotonic() - started
     assert counts.lost is not None and len(accelerator_cluster.scheduler.workers) == 1
-    assert report.encoded_now == PASSAGES, report  # no finished shard encoded again
+    assert report.encoded_now + 2 * report.taken == PASSAGES and report.encoded_now < PASSAGES, report
     ids, vectors, shards = embeddings(ws, model)
     assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes() and len(shards) == PASSAGES // 2
-    assert took < 120, f"{took:.0f} s"
+    after = [b - a for a, b in pairwise(counts.times) if a >= counts.lost_at]
+    assert max(after) <= max(counts.durations) + 5, (after, counts.durations)
 
 
 @pytest.mark.e2e
