@@ -20,6 +20,7 @@ from flows.task_runners import RunnerSettings
 from storage import Workspace
 
 SHARD = 6  # 24 passages in 3 table files -> 4 shards, two of them crossing a file boundary
+SMALL_SHARD = 4  # 6 shards: a worker can be lost mid-run, with shards left for the other one
 FILE_ROWS = (10, 9, 5)
 PASSAGES = sum(FILE_ROWS)
 
@@ -265,11 +266,11 @@ def _count_shards(cluster, lose_after: int | None = None) -> ShardCounts:
 
 @pytest.fixture(scope="module")
 def reference(base: Path, model: str, tmp_path_factory) -> tuple[list[str], np.ndarray]:
-    """The default runner's embeddings (in process) with shards of 2 passages."""
+    """The default runner's embeddings (in process) with shards of `SMALL_SHARD` passages."""
     from flows.encode import encode_flow
 
     ws = copy_of(base, tmp_path_factory.mktemp("reference"), "unmapped")
-    encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4)
+    encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD, batch_size=4)
     ids, vectors, _ = embeddings(ws, model)
     return ids, vectors
 
@@ -288,12 +289,13 @@ def test_two_workspaces_share_a_cluster_whose_workers_declare_the_accelerator(
     runner = RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address)
     spaces = [copy_of(base, tmp_path, name) for name in ("first", "second")]
     with ThreadPoolExecutor(2) as pool:
-        reports = list(pool.map(lambda ws: encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4,
-                                                       runner=runner), spaces))  # fmt: skip
-    assert [r.tasks for r in reports] == [PASSAGES // 2] * 2 and all(r.encoded_now == PASSAGES for r in reports)
+        reports = list(pool.map(lambda ws: encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD,
+                                                       batch_size=4, runner=runner), spaces))  # fmt: skip
+    shards = PASSAGES // SMALL_SHARD
+    assert [r.tasks for r in reports] == [shards] * 2 and all(r.encoded_now == PASSAGES for r in reports)
     assert len(counts.per_worker) == 2 and all(n > 0 for n in counts.per_worker.values()), counts.per_worker
-    assert sum(counts.per_worker.values()) == PASSAGES  # 12 shards per workspace, each run once
-    assert counts.asked == [{"GPU": 1}] * PASSAGES  # every task asked for one accelerator unit
+    assert sum(counts.per_worker.values()) == 2 * shards  # every shard of both workspaces run once
+    assert counts.asked == [{"GPU": 1}] * (2 * shards)  # every task asked for one accelerator unit
     for ws in spaces:
         ids, vectors, _ = embeddings(ws, model)
         assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
@@ -303,7 +305,7 @@ def test_two_workspaces_share_a_cluster_whose_workers_declare_the_accelerator(
 @pytest.mark.e2e
 def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, accelerator_cluster,
                                            tmp_path: Path) -> None:  # fmt: skip
-    """The worker of the second finished shard is lost: the run finishes on the other one with the
+    """The worker of the second finished shard (of 6) is lost: the run finishes on the other one with the
     same vectors. The shards whose results went with the lost worker are run again by Dask, find
     their files written and take them (no passage is encoded twice), and no shard waits for the
     lost worker: no gap between finished shards after the loss is longer than a shard takes
@@ -312,12 +314,13 @@ def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, ac
 
     counts = _count_shards(accelerator_cluster, lose_after=2)
     ws = copy_of(base, tmp_path, "lost")
-    report = encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4,
+    report = encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD, batch_size=4,
                          runner=RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address))
     assert counts.lost is not None and len(accelerator_cluster.scheduler.workers) == 1
-    assert report.encoded_now + 2 * report.taken == PASSAGES and report.encoded_now < PASSAGES, report
+    assert report.encoded_now + SMALL_SHARD * report.taken == PASSAGES and report.encoded_now < PASSAGES, report
     ids, vectors, shards = embeddings(ws, model)
-    assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes() and len(shards) == PASSAGES // 2
+    assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
+    assert len(shards) == PASSAGES // SMALL_SHARD
     after = [b - a for a, b in pairwise(counts.times) if a >= counts.lost_at]
     assert max(after) <= max(counts.durations) + 5, (after, counts.durations)
 
