@@ -1,37 +1,43 @@
-"""The `gpu` tag concurrency limit: how many slots fit this machine, and a line in the run's logs
-while a task waits for one.
+"""The `gpu` slots of one machine: how many training/encoding tasks it runs at once, held as
+locked files so that a dead holder's slot is free at once.
 
-Training and encoding tasks carry the tag `gpu`; a Prefect tag concurrency limit on it makes GPU
-tasks of different flow runs queue instead of sharing a device. Prefect 3.8's task engine waits
-for a slot silently (the task sits in Pending, its logs empty), so a user cannot tell a queued
-task from a hung one. `announce_slot_waits` wraps the engine's slot acquisition: after
-`GRACE_S` without a slot the task's run logs say what it waits for and who holds the slots, as a
-warning (so the terminal of a CLI call shows it too), again every `REPEAT_S`, and how long it
-waited once it got one.
-`flows.runtime` installs it in every process that runs odqa flows.
+Training and in-process encoding use every core (or the GPU) of the machine they run on, so two
+of them at once only share it and add memory. Each such task holds one of this machine's slots
+(`gpu_slots`: one per GPU, else one per 4 cores) while it runs. A slot is a file in
+`slot_dir()` locked with `flock`: the kernel drops the lock when its process ends, however it
+ends, so a killed training frees its slot at once (a Prefect tag concurrency limit held it
+until its lease expired, 30-60 s later). The file names its holder (pid, host, task), and a task
+waiting for a slot says so in its run's logs after `GRACE_S` (a warning, so the terminal of a
+CLI call shows it too), again every `REPEAT_S`, and how long it waited once it got one.
+
+The slots belong to the machine, not to a workspace or a Prefect server: two workspaces on one
+machine share its devices. Tasks on a Dask cluster do not take them: there each worker declares
+its capacity (`flows.task_runners.ACCELERATOR`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
+import fcntl
+import json
 import logging
 import os
-import threading
+import socket
+import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
 
-GPU_TAG = "gpu"
 SLOTS_ENV = "ODQA_GPU_SLOTS"
+SLOT_DIR_ENV = "ODQA_SLOT_DIR"
 CORES_PER_CPU_SLOT = 4
 GRACE_S = 3.0
 REPEAT_S = 60.0
-HOLDERS_SHOWN = 3
+POLL_S = 0.2
 
 
 def gpu_slots() -> tuple[int, str]:
-    """(concurrent `gpu`-tagged tasks this machine takes, why): ``$ODQA_GPU_SLOTS``, else one per
+    """(concurrent `gpu` tasks this machine takes, why): ``$ODQA_GPU_SLOTS``, else one per
     GPU, else on a CPU-only machine one per 4 cores (at least one): a CPU training or encoding
     already uses every core, so more of them at once only share the cores and add memory."""
     if os.environ.get(SLOTS_ENV):
@@ -48,86 +54,48 @@ def gpu_slots() -> tuple[int, str]:
     return max(1, cores // CORES_PER_CPU_SLOT), f"CPU only: one per {CORES_PER_CPU_SLOT} cores, {cores} cores"
 
 
-def set_gpu_limit(api_url: str, auth_string: str | None = None) -> tuple[int, str]:
-    """Create or update the `gpu` tag limit on the server at ``api_url`` to `gpu_slots`
-    (``auth_string``: the server's, when it requires one; see flows.backend.auth)."""
-    import asyncio
-
-    from flows.backend.auth import api_client
-
-    slots, why = gpu_slots()
-
-    async def apply() -> None:
-        async with api_client(api_url, auth_string) as client:
-            await client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=slots)
-
-    asyncio.run(apply())
-    return slots, why
+def slot_dir() -> Path:
+    """Where this machine's slot files live: ``$ODQA_SLOT_DIR``, else one folder per user in the
+    temporary directory (every odqa process of the user on this machine sees the same slots)."""
+    return Path(os.environ.get(SLOT_DIR_ENV) or Path(tempfile.gettempdir()) / f"odqa-gpu-slots-{os.getuid()}")
 
 
-def describe_wait(tags: list[str], waited: float) -> str:
-    """What a task waiting ``waited`` seconds for slots of ``tags`` waits for, read from the server."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    parts = []
-    with get_client(sync_client=True) as client:
-        for tag in tags:
+def holders(folder: Path | None = None) -> list[str]:
+    """Who holds the slots now, as `task (pid P on HOST, for N s)`; a slot whose holder is gone
+    is free (its lock went with its process) and is not listed."""
+    folder = folder or slot_dir()
+    found = []
+    for path in sorted(folder.glob("gpu-*.lock")):
+        with contextlib.suppress(OSError), path.open("r+") as handle:
             try:
-                limit = client.read_concurrency_limit_by_tag(tag)
-            except ObjectNotFound:
-                continue
-            holders = []
-            for task_run_id in limit.active_slots[:HOLDERS_SHOWN]:
-                with contextlib.suppress(Exception):
-                    task_run = client.read_task_run(task_run_id)
-                    flow_run = client.read_flow_run(task_run.flow_run_id) if task_run.flow_run_id else None
-                    holders.append(f"task run '{task_run.name}'" + (f" of flow run '{flow_run.name}'" if flow_run else ""))
-            taken = f"{len(limit.active_slots)} of {limit.concurrency_limit} taken"
-            parts.append(f"'{tag}' ({taken}{' by ' + ', '.join(holders) if holders else ''})")
-    what = "; ".join(parts) or ", ".join(f"'{t}'" for t in tags)
-    return (f"waiting {waited:.0f} s for a free slot of the tag concurrency limit {what}; the task starts "
-            f"when one frees (see `prefect concurrency-limit inspect TAG`)")  # fmt: skip
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                continue  # nobody holds it
+            except BlockingIOError:
+                pass
+            with contextlib.suppress(ValueError):
+                owner = json.loads(handle.read() or "{}")
+                found.append(f"{owner.get('task', '?')} (pid {owner.get('pid')} on {owner.get('host')}, for "
+                             f"{time.time() - owner.get('since', time.time()):.0f} s)")
+    return found
 
 
-class SlotWait:
-    """While the block runs (the engine acquiring slots), a watcher thread logs what the task
-    waits for after GRACE_S and then every REPEAT_S; on leaving after such a line, one more says
-    how long the wait took."""
-
-    def __init__(self, tags: list[str], logger: logging.Logger | logging.LoggerAdapter) -> None:
-        self.tags = tags
-        self.logger = logger
-        self.done = threading.Event()
-        self.announced = False
-        self.started = time.monotonic()
-
-    def __enter__(self) -> SlotWait:
-        context = contextvars.copy_context()  # the task's Prefect settings and run context
-        threading.Thread(target=context.run, args=(self._watch,), daemon=True, name="odqa-slot-wait").start()
-        return self
-
-    def _watch(self) -> None:
-        pause = GRACE_S
-        while not self.done.wait(pause):
-            try:
-                message = describe_wait(self.tags, time.monotonic() - self.started)
-            except Exception as error:  # noqa: BLE001 (a report must never break the task)
-                message = f"waiting for a slot of {self.tags} ({error})"
-            if self.done.is_set():
-                return
-            self.logger.warning(message)
-            self.announced = True
-            pause = REPEAT_S
-
-    def __exit__(self, kind: type[BaseException] | None, *_: Any) -> None:
-        self.done.set()
-        if self.announced and kind is None:
-            self.logger.info(f"got a slot of {', '.join(self.tags)} after {time.monotonic() - self.started:.0f} s")
+def _try_slot(path: Path, task: str) -> int | None:
+    """The descriptor of ``path`` locked and stamped with this process as its holder, or None
+    when another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # not inherited by child processes
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "task": task, "since": time.time()}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(owner).encode(), 0)
+    return fd
 
 
 def _run_logger() -> logging.Logger | logging.LoggerAdapter:
-    """The task run's logger (the engine acquires slots inside the task's run context)."""
+    """The task run's logger, else this module's (outside a run)."""
     from prefect.exceptions import MissingContextError
     from prefect.logging import get_run_logger
 
@@ -137,48 +105,33 @@ def _run_logger() -> logging.Logger | logging.LoggerAdapter:
         return logging.getLogger("odqa.slots")
 
 
-def _tags(names: str | list[str]) -> list[str]:
-    return [n.removeprefix("tag:") for n in ([names] if isinstance(names, str) else list(names))]
-
-
-def _announcing(acquire: Callable[..., Any]) -> Callable[..., Any]:
-    @contextlib.contextmanager
-    def concurrency(names: str | list[str], *args: Any, **kwargs: Any) -> Iterator[None]:
-        tags = _tags(names)
-        with contextlib.ExitStack() as stack:
-            if tags:
-                with SlotWait(tags, _run_logger()):
-                    stack.enter_context(acquire(names, *args, **kwargs))
-            else:
-                stack.enter_context(acquire(names, *args, **kwargs))
-            yield
-
-    concurrency.odqa_announces = True  # type: ignore[attr-defined]
-    return concurrency
-
-
-def _announcing_async(acquire: Callable[..., Any]) -> Callable[..., Any]:
-    @contextlib.asynccontextmanager
-    async def concurrency(names: str | list[str], *args: Any, **kwargs: Any) -> AsyncIterator[None]:
-        tags = _tags(names)
-        async with contextlib.AsyncExitStack() as stack:
-            if tags:
-                with SlotWait(tags, _run_logger()):
-                    await stack.enter_async_context(acquire(names, *args, **kwargs))
-            else:
-                await stack.enter_async_context(acquire(names, *args, **kwargs))
-            yield
-
-    concurrency.odqa_announces = True  # type: ignore[attr-defined]
-    return concurrency
-
-
-def announce_slot_waits() -> None:
-    """Wrap the task engine's slot acquisition (sync and async tasks) with `SlotWait`, once per
-    process. The engine calls these two names for every task with tags, in the task's run context."""
-    import prefect.task_engine as engine
-
-    if getattr(engine._concurrency, "odqa_announces", False):
-        return
-    engine._concurrency = _announcing(engine._concurrency)
-    engine._aconcurrency = _announcing_async(engine._aconcurrency)
+@contextlib.contextmanager
+def gpu_slot(task: str) -> Iterator[int]:
+    """Hold one of this machine's `gpu` slots while the block runs (waiting for one, and saying
+    so, when all are taken); yields the slot's number."""
+    slots, why = gpu_slots()
+    folder = slot_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    report_at, announced = GRACE_S, False
+    while True:
+        for number in range(slots):
+            fd = _try_slot(folder / f"gpu-{number}.lock", task)
+            if fd is None:
+                continue
+            try:
+                if announced:
+                    _run_logger().info(f"got gpu slot {number} after {time.monotonic() - started:.0f} s")
+                yield number
+            finally:
+                os.ftruncate(fd, 0)
+                os.close(fd)  # closing drops the lock
+            return
+        waited = time.monotonic() - started
+        if waited >= report_at:
+            taken = ", ".join(holders(folder)) or "processes that are just ending"
+            _run_logger().warning(f"waiting {waited:.0f} s for one of this machine's {slots} gpu slot(s) ({why}; "
+                                  f"${SLOTS_ENV} sets another number), held by {taken}; {task} starts when one "
+                                  "frees")  # fmt: skip
+            report_at, announced = waited + REPEAT_S, True
+        time.sleep(POLL_S)

@@ -17,6 +17,7 @@ Re-running with unchanged passages and model is a no-op; a kill resumes after th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,12 +28,16 @@ from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
+from flows.concurrency_slots import gpu_slot
+from flows.console import tell
 from flows.runtime import flow_run_logs, stage_logger
 from flows.task_runners import (
     RestoreTorchThreads,
     RunnerSettings,
+    accelerator_request,
     limit_threads,
     mapping_runner,
+    on_cluster,
     task_threads,
 )
 from models.retriever import load_retriever
@@ -40,6 +45,7 @@ from models.workspace_search import dense_build, loaded_model
 from pipelines.dense.passage_diff import VectorReuse, write_keys
 from pipelines.dense.shard_plan import ShardRange, pending_shards
 from pipelines.dense.sharded_encoding import (
+    DEFAULT_SHARD_SIZE,
     EncodedCorpus,
     as_storage,
     default_devices,
@@ -47,12 +53,14 @@ from pipelines.dense.sharded_encoding import (
     encode_shard,
     iter_corpus_shards,
     prepare_out_dir,
+    read_manifest,
     record_shard,
     resolve_precision,
     shard_columns,
     wanted_manifest,
     write_manifest,
     write_shard,
+    written_shard,
 )
 from storage import Workspace
 from storage.index_layout import IndexLayout
@@ -78,6 +86,7 @@ class EncodeReport(Report):
     restarted: str | None = None  # why earlier shards were discarded, if they were
     runner: str | None = None  # the task runner the shards were mapped on, if any
     tasks: int | None = None  # shard tasks mapped on it
+    taken: int = 0  # shard tasks a cluster ran again that found their shard written (not encoded twice)
 
 
 def remember_model(ws: Workspace, ref: ModelRef) -> None:
@@ -95,10 +104,32 @@ def _previous_vectors(ws: Workspace, ref: ModelRef, wanted) -> VectorReuse | Non
     return None
 
 
-@task(name="dense-encode", tags=["gpu"])
+def stored_dtype(ws: Workspace, model: str, dtype: str | None) -> str:
+    """The stored vector type to encode with: the given one, else the one the model's current
+    embeddings have (a build that needs embeddings takes them as they are), else float32."""
+    if dtype is not None:
+        return dtype
+    existing = read_manifest(dense_build(ws, resolve_model(ws, model)).embeddings)
+    return existing.dtype if existing is not None else "float32"
+
+
+def _tell_restart(reason: str | None) -> None:
+    """Discarded work is said on the terminal too, not only in the log file."""
+    if reason:
+        tell("%s", reason)
+
+
+@task(name="dense-encode")
 def encode_task(workspace: str, model: str, shard_size: int, batch_size: int, dtype: str,
                 precision: str) -> EncodeReport:  # fmt: skip
-    """Encode in this process (one worker process per GPU when there are several)."""
+    """Encode in this process (one worker process per GPU when there are several), holding one of
+    this machine's `gpu` slots."""
+    with gpu_slot(f"encode {model}"):
+        return _encode_here(workspace, model, shard_size, batch_size, dtype, precision)
+
+
+def _encode_here(workspace: str, model: str, shard_size: int, batch_size: int, dtype: str,
+                 precision: str) -> EncodeReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
     remember_model(ws, ref)
@@ -116,6 +147,7 @@ def encode_task(workspace: str, model: str, shard_size: int, batch_size: int, dt
         retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
         total=ws.rows("passages"), reuse=reuse,
     )  # fmt: skip
+    _tell_restart(result.restart_reason)
     removed = 0
     if not result.skipped:
         write_keys(build.embeddings, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
@@ -143,15 +175,26 @@ def _task_device(shard_index: int) -> str | None:
     return None
 
 
-@task(name="dense-encode-shard", tags=["gpu"], cache_policy=NO_CACHE)
+@task(name="dense-encode-shard", cache_policy=NO_CACHE)
 def encode_shard_task(
     workspace: str, passage_path: str, shard: dict[str, int], files: list[dict[str, Any]], out_dir: str,
-    batch_size: int, precision: str, dtype: str, threads: int | None, model_fingerprint: str,
-) -> tuple[Any, str]:  # fmt: skip
-    """Encode one planned shard and write its files; returns (its ShardInfo, the device used)."""
+    batch_size: int, precision: str, dtype: str, threads: int | None, model_fingerprint: str, dim: int,
+    machine_slot: bool,
+) -> tuple[Any, str, bool]:  # fmt: skip
+    """Encode one planned shard and write its files; returns (its ShardInfo, the device used,
+    whether it encoded: a shard this run wrote already is taken as it is). On this machine's
+    runners a task holds a `gpu` slot (``machine_slot``); on a cluster the workers' declared
+    capacity decides instead."""
+    with gpu_slot(f"encode shard {shard['index']}") if machine_slot else contextlib.nullcontext():
+        return _encode_one_shard(workspace, passage_path, ShardRange(**shard), files, Path(out_dir), batch_size,
+                                 precision, dtype, threads, model_fingerprint, dim)  # fmt: skip
+
+
+def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, files: list[dict[str, Any]],
+                      out_dir: Path, batch_size: int, precision: str, dtype: str, threads: int | None,
+                      model_fingerprint: str, dim: int) -> tuple[Any, str, bool]:  # fmt: skip
     limit_threads(threads)
     ws = Workspace.resolve(workspace)
-    planned = ShardRange(**shard)
     device = _task_device(planned.index)
     resolve_precision(precision, [device])  # type: ignore[arg-type]  # refuses fp16 on a worker without a GPU
     try:  # the same column and null checks as the streamed path
@@ -159,31 +202,37 @@ def encode_shard_task(
                                                   planned.count))
     except ValueError as error:
         raise ValueError(f"shard {planned.index} (passages {planned.start}..{planned.stop - 1}): {error}") from error
+    ids, titles, texts = shard_columns(passages)
+    done = written_shard(out_dir, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
+    if done is not None:
+        return done, device or "cpu", False
     loaded = loaded_model(passage_path)
     retriever = loaded.model
     if loaded.fingerprint != model_fingerprint:
         raise RuntimeError(f"the model at {passage_path} changed during the encoding run (fingerprint "
                            f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
                            "again")
-    ids, titles, texts = shard_columns(passages)
     vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
                            precision=precision)  # type: ignore[arg-type]  # fmt: skip
-    return write_shard(Path(out_dir), planned.index, ids, as_storage(vectors, dtype)), device or "cpu"  # type: ignore[arg-type]
+    return write_shard(out_dir, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
 
 
 @flow(name="dense-encode-mapped")
 def encode_mapped_flow(
     model: str,
     workspace: str | None = None,
-    shard_size: int = 50_000,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     batch_size: int = 128,
     dtype: str = "float32",
     precision: str = "auto",
     threads: int | None = None,
+    runner: RunnerSettings | None = None,
 ) -> EncodeReport:
     """Encode the passages with one task per pending shard on this flow's task runner; the same
     embeddings directory (manifest, shards, keys) as the in-process path writes, every passage
-    encoded (no reuse of earlier vectors on this path)."""
+    encoded (no reuse of earlier vectors on this path). The manifest on the shared storage is
+    written before any task starts and after every finished shard, so a lost worker or a killed
+    client costs only the shards in flight."""
     log = stage_logger()
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
@@ -198,32 +247,37 @@ def encode_mapped_flow(
     wanted = wanted_manifest(loaded.model, version, shard_size, batch_size, dtype,  # type: ignore[arg-type]
                              precision, default_devices())  # type: ignore[arg-type]  # fmt: skip
     manifest, restart_reason = prepare_out_dir(out, wanted)
+    _tell_restart(restart_reason)
     described = {"model": model, "embeddings": str(out), "dim": manifest.dim, "dtype": manifest.dtype,
                  "precision": manifest.precision}  # fmt: skip
     if manifest.complete:
         log.info("%s: embeddings complete for this model and corpus; nothing to encode", out)
         return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=0,
                             tasks=0, noop=True)  # fmt: skip
-    plan = pending_shards(snapshot.rows("passages"), shard_size, manifest.shards)
+    write_manifest(out, manifest)  # what the shard files belong to, before any task writes one
+    plan = pending_shards(snapshot.rows("passages"), manifest.shard_size, manifest.shards)
     log.info("encode %s: %d shard(s) to encode, %d already finished", model, len(plan), len(manifest.shards))
-    encoded, devices, failures = 0, set(), []
+    encoded, taken, devices, failures = 0, 0, set(), []
     started = time.perf_counter()
-    with RestoreTorchThreads():
+    runner = runner or RunnerSettings()
+    with RestoreTorchThreads(), accelerator_request(runner):
         futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
                                         str(out), batch_size, manifest.precision, dtype, threads,
-                                        manifest.model_fingerprint)  # fmt: skip
-        planned = {future: shard for future, shard in zip(futures, plan, strict=True)}
-        for future in as_completed(list(futures)):
-            try:
-                info, device = future.result()
-            except Exception as error:  # record every shard that did finish, then fail
-                failures.append(error)
-                continue
-            if info.count != planned[future].count:
-                raise RuntimeError(f"shard {info.index}: {info.count} passages written, {planned[future].count} planned")
-            record_shard(out, manifest, info)
-            encoded += info.count
-            devices.add(device)
+                                        manifest.model_fingerprint, manifest.dim,
+                                        not on_cluster(runner))  # fmt: skip
+    planned = {future: shard for future, shard in zip(futures, plan, strict=True)}
+    for future in as_completed(list(futures)):
+        try:
+            info, device, fresh = future.result()
+        except Exception as error:  # record every shard that did finish, then fail
+            failures.append(error)
+            continue
+        if info.count != planned[future].count:
+            raise RuntimeError(f"shard {info.index}: {info.count} passages written, {planned[future].count} planned")
+        record_shard(out, manifest, info)
+        encoded += info.count if fresh else 0
+        taken += 0 if fresh else 1
+        devices.add(device)
     if failures:
         raise RuntimeError(f"{len(failures)} of {len(plan)} shard task(s) failed; the {len(plan) - len(failures)} "
                            "that finished are recorded and a re-run resumes after them") from failures[0]  # fmt: skip
@@ -232,12 +286,13 @@ def encode_mapped_flow(
     write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
     return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=encoded,
                         seconds=round(time.perf_counter() - started, 3), devices=sorted(devices),
-                        restarted=restart_reason, tasks=len(plan))  # fmt: skip
+                        restarted=restart_reason, tasks=len(plan), taken=taken)  # fmt: skip
 
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:
     """`encode_mapped_flow` with the runner's task runner and its thread share per task."""
-    report = encode_mapped_flow.with_options(task_runner=runner.task_runner())(threads=task_threads(runner), **params)
+    report = encode_mapped_flow.with_options(task_runner=runner.task_runner())(threads=task_threads(runner),
+                                                                               runner=runner, **params)
     report.runner = runner.describe()
     return report
 
@@ -248,10 +303,13 @@ def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:
 # --- the verb ------------------------------------------------------------------------------------
 
 
-def encode(ws: Workspace, model: str, shard_size: int = 50_000, batch_size: int = 128, dtype: str = "float32",
-           precision: str = "auto", runner: RunnerSettings | None = None) -> EncodeReport:  # fmt: skip
+def encode(ws: Workspace, model: str, shard_size: int = DEFAULT_SHARD_SIZE, batch_size: int = 128,
+           dtype: str | None = "float32", precision: str = "auto",
+           runner: RunnerSettings | None = None) -> EncodeReport:  # fmt: skip
     """Encode in process (`encode_task`) or, given a runner (or `$ODQA_DASK_ADDRESS`), one mapped
-    task per shard on it (`flows.mapped_dense`); the same embeddings either way."""
+    task per shard on it (`encode_mapped_flow`); the same embeddings either way. Existing
+    embeddings of the model and passages keep their shard size; ``dtype`` None keeps their type."""
+    dtype = stored_dtype(ws, model, dtype)
     runner = mapping_runner(runner)
     if runner is None:
         return encode_task(str(ws.root), model, shard_size, batch_size, dtype, precision)
@@ -263,7 +321,7 @@ def encode(ws: Workspace, model: str, shard_size: int = 50_000, batch_size: int 
 def encode_flow(
     model: str,
     workspace: str | None = None,
-    shard_size: int = 50_000,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     batch_size: int = 128,
     dtype: str = "float32",
     precision: str = "auto",

@@ -16,13 +16,14 @@ from typing import Any
 from prefect import flow, task
 
 from flows.console import tell
-from flows.encode import encode, encode_task
+from flows.encode import encode, encode_task, stored_dtype
 from flows.publish import publish_indexes
 from flows.runtime import flow_run_logs, stage_logger
 from flows.task_runners import RunnerSettings
 from models.workspace_search import LoadedModel, dense_build, dense_index_problem
 from pipelines.dense.faiss_index import INDEX_TYPES, IndexParams, build_faiss_index, read_index_metadata
 from pipelines.dense.index_planner import plan_embeddings
+from pipelines.dense.sharded_encoding import DEFAULT_SHARD_SIZE
 from storage import Workspace
 from storage.model_registry import ModelRef, resolve_model
 from storage.reports import Report
@@ -74,7 +75,7 @@ def build_dense_index(ws: Workspace, model: str, index_type: str, params: IndexP
                       memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
     """Encode (when needed), build, publish: what `odqa index build` does, inside any flow."""
     with flow_run_logs():
-        encoded = encode(ws, model, 50_000, batch_size, "float32", precision, runner)
+        encoded = encode(ws, model, DEFAULT_SHARD_SIZE, batch_size, None, precision, runner)
         report = index_task(str(ws.root), model, index_type, asdict(params), memory_gb)
     report.noop = report.noop and encoded.noop
     ref = resolve_model(ws, model)
@@ -141,6 +142,7 @@ def ensure_dense_index(ws: Workspace, ref: ModelRef, index_type: str, question_m
     if FlowRunContext.get() is not None:
         index_build_flow(model=ref.passage_name, index_type=index_type, workspace=str(ws.root))
         return
-    encode_task.fn(str(ws.root), ref.passage_name, 50_000, 128, "float32", "auto")
+    encode_task.fn(str(ws.root), ref.passage_name, DEFAULT_SHARD_SIZE, 128, stored_dtype(ws, ref.passage_name, None),
+                   "auto")
     index_task.fn(str(ws.root), ref.passage_name, index_type, asdict(index_params(index_type)))
     publish_indexes(ws, dense_build(ws, ref).passages_version, default_model=ref.passage_name)

@@ -28,8 +28,6 @@ from contextlib import contextmanager
 
 from prefect.logging.handlers import APILogHandler
 
-from flows.concurrency_slots import announce_slot_waits
-
 ROUTED_LOGGER = "odqa"
 FLOW_RUN_ENV = "ODQA_FLOW_RUN_ID"
 
@@ -141,4 +139,3 @@ def adopt_flow_run_from_env() -> uuid.UUID | None:
 
 
 route_to_run_logs()
-announce_slot_waits()  # a task waiting for a `gpu` slot says so in its run's logs

@@ -2,8 +2,8 @@
 run from the UI.
 
 Starts the workspace's long-lived server when it does not run (`flows.backend.local_server`: in
-the background, on the local PostgreSQL), creates the process work pool and the `gpu` tag
-concurrency limit (`flows.concurrency_slots`), deploys everything in prefect.yaml (`prefect
+the background, on the local PostgreSQL), creates the process work pool (the machine's `gpu`
+slots are lock files, `flows.concurrency_slots`, not a server limit), deploys everything in prefect.yaml (`prefect
 deploy --all`) and runs a worker for the pool in the foreground: its flow runs use this
 workspace. Ctrl-C stops the worker; the server keeps serving CLI calls and the UI until
 `./run server stop`. `./run server status|stop|reset` report on, stop or wipe it.
@@ -33,7 +33,7 @@ from flows.backend.local_server import (
     temporary_server,
     workspace_database,
 )
-from flows.concurrency_slots import GPU_TAG, set_gpu_limit
+from flows.concurrency_slots import gpu_slots
 from flows.deployment_forms import deploy_typed_forms
 from flows.prefect_fixes import drop_null_filter_fields
 
@@ -90,10 +90,10 @@ class LocalPrefect:
 
 
 def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple[int, str]:
-    """Work pool, `gpu` limit and (``deploy``) every deployment of prefect.yaml on the server;
-    returns the limit's slots and why."""
+    """Work pool and (``deploy``) every deployment of prefect.yaml on the server; returns this
+    machine's `gpu` slots and why."""
     prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
-    slots = set_gpu_limit(api_url, env.get("PREFECT_API_AUTH_STRING"))
+    slots = gpu_slots()
     if deploy:
         prefect(["--no-prompt", "deploy", "--all"], env)
     return slots
@@ -165,7 +165,7 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
     print(f"odqa server: UI at {record.ui_url}  (API {record.api_url}, server pid {record.pid})", flush=True)
     print(f"odqa server: backend {workspace_database(workspace).describe()}", flush=True)
     print(f"odqa server: work pool {pool!r} with a worker; {'deployments from prefect.yaml; ' if deploy else ''}"
-          f"their runs use this workspace; '{GPU_TAG}' tag limit {slots} ({why})", flush=True)  # fmt: skip
+          f"their runs use this workspace; {slots} gpu slot(s) on this machine ({why})", flush=True)  # fmt: skip
     print(f"odqa server: logs: server {paths.server_log}, worker {worker_log}", flush=True)
     print(f"odqa server: `odqa -w {workspace}` calls report here by themselves; other clients: "
           f"export PREFECT_API_URL={record.api_url}", flush=True)  # fmt: skip

@@ -6,12 +6,20 @@ address, given as a flow parameter or in `$ODQA_DASK_ADDRESS`, e.g. `tcp://10.0.
 `dask scheduler` on one machine and `dask worker tcp://10.0.0.5:8786` on each of the others.
 The flows stay the same; only where their mapped tasks run changes, so a run on a cluster gives
 the same output as a run on the default runner.
+
+Capacity belongs to the workers: a worker started with `--resources GPU=1` declares one unit of
+the accelerator (`ACCELERATOR`; on a CPU-only machine, one encoding at a time), and encoding
+tasks then ask for one unit each (`accelerator_request`), so N such workers encode N shards at
+once and no Prefect server's limit comes in between. Without such a worker, a worker thread is
+the unit. Nothing is leased from a Prefect server, so several workspaces (each with its own
+server) can share one cluster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
@@ -19,6 +27,7 @@ from pydantic import BaseModel, Field
 from pipelines.dense.shard_plan import threads_per_task
 
 DASK_ADDRESS_ENV = "ODQA_DASK_ADDRESS"
+ACCELERATOR = "GPU"  # the Dask worker resource an encoding task asks one unit of
 RunnerKind = Literal["threads", "processes", "dask"]
 _host_slots: dict[str, int] = {}  # per process: scheduler address -> task slots of its workers on this host
 
@@ -70,6 +79,34 @@ class RunnerSettings(BaseModel):
         return make_task_runner(self.kind, self.workers, self.dask_address)
 
 
+def declared_accelerators(address: str) -> dict[str, float]:
+    """Units of `ACCELERATOR` each worker of the cluster at ``address`` declares (workers
+    without it left out)."""
+    from distributed import Client
+
+    with Client(address, timeout="10s") as client:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+    return {name: info["resources"][ACCELERATOR] for name, info in workers.items()
+            if info.get("resources", {}).get(ACCELERATOR)}  # fmt: skip
+
+
+def accelerator_request(runner: RunnerSettings) -> contextlib.AbstractContextManager[Any]:
+    """Around mapping a stage's tasks: on a cluster whose workers declare `ACCELERATOR`, each
+    task asks for one unit (the workers' capacity decides how many run at once); else nothing."""
+    address = dask_address(runner.dask_address)
+    if address and declared_accelerators(address):
+        import dask
+
+        return dask.annotate(resources={ACCELERATOR: 1})
+    return contextlib.nullcontext()
+
+
+def on_cluster(runner: RunnerSettings) -> bool:
+    """Whether the runner's tasks run on a Dask cluster (whose workers hold the capacity) rather
+    than on this machine (whose `gpu` slots do)."""
+    return bool(dask_address(runner.dask_address)) or runner.kind == "dask"
+
+
 def mapping_runner(runner: RunnerSettings | None) -> RunnerSettings | None:
     """The runner a stage maps its work over: the given one, else a Dask cluster when
     `$ODQA_DASK_ADDRESS` names one, else none (the stage keeps its own unmapped path)."""
@@ -108,13 +145,21 @@ def _dask_slots_on_this_host() -> int | None:
     return _host_slots[scheduler]
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: a worker pinned with `taskset` to one core gets one
+    thread, not one per core of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def limit_threads(threads: int | None) -> int:
     """Set this task's torch (and FAISS) intra-op threads; returns the number set."""
     import torch
 
     if threads is None:
         slots = _dask_slots_on_this_host()
-        threads = threads_per_task(os.cpu_count() or 1, slots) if slots else torch.get_num_threads()
+        threads = threads_per_task(usable_cores(), slots) if slots else torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         import faiss

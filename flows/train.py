@@ -4,8 +4,9 @@ Tasks:
 1. `load-training-examples`: questions of NAME:SPLIT joined with the passages they reference
    (positives, hard negatives) into a Parquet examples file; questions without a known
    positive are skipped and counted.
-2. `train-retriever` (tagged `gpu`, so a Prefect concurrency limit on that tag holds training
-   to one run per GPU): runs the training job in-process, or under torchrun with `gpus > 1`.
+2. `train-retriever` (holding one of the machine's `gpu` slots, `flows.concurrency_slots`, so
+   trainings and encodings queue for the devices, and a killed one frees its slot at once): runs
+   the training job in-process, or under torchrun with `gpus > 1` or `nodes > 1`.
 3. registration (`storage.model_registry.register_model`): the best (or last) model goes to
    `<workspace>/models/<model_id>`, with its row in `models` (arch, parameters, path, base,
    trained_on, config with dev metrics) and its curve in `training_log` (step, loss, lr,
@@ -20,8 +21,10 @@ the same parameters and data (`models.resume`), otherwise it starts over and say
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,7 @@ from typing import Any
 from prefect import flow, task
 
 from flows.artifacts import publish_training
+from flows.concurrency_slots import gpu_slot
 from flows.console import tell
 from flows.runtime import flow_run_logs, run_log_env, stage_logger
 from flows.stages import finished_report
@@ -43,6 +47,7 @@ from models.trainer import changed_auto_precision
 from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
 from pipelines.questions.specs import DatasetSpec
 from storage import Workspace
+from storage.atomic import atomic_write_json
 from storage.fingerprint import fingerprint
 from storage.model_registry import (
     check_model_id,
@@ -59,6 +64,9 @@ from storage.questions import load_questions
 from storage.reports import Report
 
 STAGE_PREFIX = "train"
+LAUNCH_FILE = "launch.json"  # node 0's job is ready for the other nodes (its stage fingerprint, endpoint)
+JOIN_TIMEOUT_S = 1800.0
+JOIN_POLL_S = 1.0
 TRAINING_FILES = frozenset({OPTIMIZER_FILE, RNG_FILE, STATE_FILE})  # checkpoint state, not part of a model
 
 
@@ -97,16 +105,69 @@ def load_examples_task(workspace: str, dataset: str, split: str, output: str) ->
                           domains=sorted({d for e in examples for d in e.domains}))  # fmt: skip
 
 
-@task(name="train-retriever", tags=["gpu"])
-def train_task(job_file: str, gpus: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Launch:
+    """Where the training processes run: ``gpus`` per node (processes on a CPU-only machine) on
+    ``nodes`` machines that meet at ``rdzv_endpoint`` (HOST:PORT of node 0, which hosts the
+    rendezvous); this machine is node ``node_rank``."""
+
+    gpus: int = 1
+    nodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1 or self.nodes < 1:
+            raise ValueError(f"--gpus and --nodes must be at least 1, got {self.gpus} and {self.nodes}")
+        if not 0 <= self.node_rank < self.nodes:
+            raise ValueError(f"--node-rank must be 0..{self.nodes - 1} for --nodes {self.nodes}, got {self.node_rank}")
+        if self.nodes > 1 and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", self.rdzv_endpoint or ""):
+            raise ValueError(f"--nodes {self.nodes} needs --rdzv-endpoint HOST:PORT (node 0's address and a free "
+                             f"port), got {self.rdzv_endpoint!r}")
+
+    @property
+    def distributed(self) -> bool:
+        return self.gpus > 1 or self.nodes > 1
+
+    def torchrun(self, job_file: str, run_id: str) -> list[str]:
+        """The torchrun command of this node: `--standalone` on one machine, else a c10d
+        rendezvous at the endpoint (hosted by node 0) under ``run_id``."""
+        where = ["--standalone"] if self.nodes == 1 else [
+            f"--nnodes={self.nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={self.rdzv_endpoint}",
+            f"--rdzv-id={run_id}", f"--rdzv-conf=is_host={int(self.node_rank == 0)}"]  # fmt: skip
+        return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc_per_node={self.gpus}",
+                "-m", "flows.train_worker", job_file]  # fmt: skip
+
+
+def describe_devices(gpus: int) -> str | None:
+    """What ``--gpus N`` (N > 1) means here, when it is not N GPUs: N processes on the CPU."""
+    import torch
+
+    available = torch.cuda.device_count()
+    if gpus > 1 and not available:
+        return f"no GPU on this machine: --gpus {gpus} runs {gpus} training processes on the CPU (DDP over gloo)"
+    if gpus > available > 0:
+        raise ValueError(f"--gpus {gpus}, but this machine has {available} GPU(s)")
+    return None
+
+
+@task(name="train-retriever")
+def train_task(job_file: str, gpus: int, nodes: int = 1, node_rank: int = 0,
+               rdzv_endpoint: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Train in this process, or under torchrun (several GPUs or machines), holding one of this
+    machine's `gpu` slots; returns the result rank 0 wrote."""
     job = TrainingJob.read(Path(job_file))
-    if gpus > 1:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}",
-                   "-m", "flows.train_worker", job_file]  # fmt: skip
-        subprocess.run(command, check=True, env={**os.environ, **run_log_env()})
-    else:
-        run_job(job)
-    return json.loads(Path(job.result_path).read_text(encoding="utf-8"))
+    launch = Launch(gpus, nodes, node_rank, rdzv_endpoint)
+    with gpu_slot(f"train {Path(job_file).parent.name}"):
+        if launch.distributed:
+            command = launch.torchrun(job_file, run_id=Path(job_file).parent.name)
+            subprocess.run(command, check=True, env={**os.environ, **run_log_env()})
+        else:
+            run_job(job)
+    result = Path(job.result_path)
+    if node_rank > 0 and not result.is_file():
+        return {}  # node 0 registered the model and cleared the training folder already
+    return json.loads(result.read_text(encoding="utf-8"))
 
 
 @flow(name="train")
@@ -142,6 +203,9 @@ def train_flow(
     mask_duplicates: bool = False,
     snapshot_every: int | None = None,
     snapshot_dir: str | None = None,
+    nodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
 ) -> TrainReport:
     """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
 
@@ -193,6 +257,12 @@ def train_flow(
             spent to reach it (quality-vs-cost curves); empty: none.
         snapshot_dir: Where snapshots go; empty: inside the training folder, removed once the
             model is registered.
+        nodes: Machines training together (DDP across them, `gpus` processes on each); every one
+            runs this same command with its own node_rank, on a workspace they share (same path).
+        node_rank: This machine's number, 0..nodes-1; node 0 hosts the rendezvous, prepares the
+            job and registers the model, the others join its job.
+        rdzv_endpoint: HOST:PORT of node 0 where the machines meet (torchrun's c10d rendezvous);
+            needed with nodes > 1.
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
@@ -203,6 +273,9 @@ def train_flow(
     if (max_steps is None) == (epochs is None):
         raise ValueError("give exactly one of --max-steps or --epochs")
     check_model_id(model_id)
+    launch = Launch(gpus, nodes, node_rank, rdzv_endpoint)
+    if devices := describe_devices(gpus):
+        tell("%s", devices)
     specs = [DatasetSpec.parse(s) for s in train]
     dev_spec = DatasetSpec.parse(dev, with_weight=False) if dev else None
     base_path = resolve_model(ws, base).path
@@ -229,6 +302,10 @@ def train_flow(
         return done
 
     work = training_dir(ws, model_id)
+    if launch.node_rank > 0:
+        return _join_training(work, stage_fp, launch, TrainReport(
+            model_id=model_id, arch=arch, parameters=0, path=str(model_dir(ws, model_id)), base=base, trained_on=""))
+    (work / LAUNCH_FILE).unlink(missing_ok=True)  # a joining node must not take an earlier run's job
     resuming, message = resume_decision(work, model_id, stage_fp, params, resume)
     if message:
         tell("%s", message)  # the terminal too: a user must see that a run resumed, or why not
@@ -262,12 +339,14 @@ def train_flow(
                       model_options=model_options, resume=resuming, result_path=str(work / "result.json"))  # fmt: skip
     job_file = work / "job.json"
     job.write(job_file)
+    if launch.nodes > 1:
+        atomic_write_json(work / LAUNCH_FILE, {"stage_fingerprint": stage_fp, **asdict(launch)})
     with flow_run_logs():  # progress records from any thread of this process reach this run's logs
-        result = train_task(str(job_file), gpus)
+        result = train_task(str(job_file), gpus, nodes, node_rank, rdzv_endpoint)
 
     trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
     config = {
-        "retriever": result["retriever_config"], "training": training | {"gpus": gpus},
+        "retriever": result["retriever_config"], "training": training | {"gpus": gpus, "nodes": nodes},
         "train_sets": [asdict(s) | {"path": None} for s in train_sets], "data": loaded,
         "dev": {"dataset": dev, "best_step": result["best_step"], "metrics": result["best_metrics"],
                 "history": result["dev_history"]},
@@ -288,4 +367,29 @@ def train_flow(
     publish_training(model_id, dev, {"step": result["best_step"], "metrics": result["best_metrics"]},
                      result.get("log", []), result["dev_history"])  # fmt: skip
     log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
+    return report
+
+
+def _join_training(work: Path, stage_fp: str, launch: Launch, report: TrainReport) -> TrainReport:
+    """Node ``launch.node_rank`` > 0: wait for node 0's job of the same parameters and data (its
+    launch file in the shared training folder), then run this node's torchrun into its
+    rendezvous. Node 0 registers the model; this node reports the steps it trained."""
+    import time
+
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    tell("node %d of %d: waiting for node 0's training job in %s", launch.node_rank, launch.nodes, work)
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            ready = json.loads((work / LAUNCH_FILE).read_text(encoding="utf-8"))
+            if ready["stage_fingerprint"] == stage_fp and ready["rdzv_endpoint"] == launch.rdzv_endpoint:
+                break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"node 0 did not start a training job with these parameters and data in {work} "
+                               f"within {JOIN_TIMEOUT_S:.0f} s (run the same command there with --node-rank 0)")
+        time.sleep(JOIN_POLL_S)
+    with flow_run_logs():
+        result = train_task(str(work / "job.json"), launch.gpus, launch.nodes, launch.node_rank, launch.rdzv_endpoint)
+    if result:
+        report.steps, report.final_loss = result["steps"], round(result["final_loss"], 4)
+        report.parameters = result["parameters"]
     return report

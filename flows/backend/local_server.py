@@ -315,9 +315,6 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
         status = ServerStatus(fresh, started=True, note=database.note,
                               restarted_after=record.pid if record is not None else None)  # fmt: skip
     status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
-    from flows.concurrency_slots import set_gpu_limit
-
-    set_gpu_limit(fresh.api_url, client_auth_string(paths.home))  # the `gpu` slots this machine takes, for CLI runs too
     return status
 
 

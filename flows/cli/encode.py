@@ -12,7 +12,8 @@ from flows.cli.runner_options import runner_options, runner_settings
 @main.command("encode")
 @click.option("--model", required=True, help=MODEL_HELP)
 @click.option("--shard-size", type=click.IntRange(min=1), default=50_000, show_default=True,
-              help="Passages per shard (the unit of resuming).")  # fmt: skip
+              help="Passages per shard (the unit of resuming and of a task on a runner); existing embeddings "
+                   "of the model and passages keep the size they were made with.")  # fmt: skip
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help="Stored vector type.")  # fmt: skip

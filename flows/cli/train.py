@@ -100,9 +100,13 @@ ARCH_CHOICES = [
 @click.option(
     "--eval-every", type=click.IntRange(min=1), default=None, help="Dev evaluation interval in steps."
 )
-@click.option(
-    "--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs (>1 runs torchrun DDP)."
-)
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
+              help="GPUs per machine (>1 runs torchrun DDP; on a CPU-only machine: that many CPU processes).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Machines training together; run the same command on each with its --node-rank.")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+              help="This machine's number (0 hosts the rendezvous and registers the model).")
+@click.option("--rdzv-endpoint", default=None, help="HOST:PORT of node 0 where the machines meet (--nodes > 1).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "none"]), default="auto", show_default=True,
               help="Mixed precision: auto = bf16/fp16 on GPU, bf16 on CPUs with bf16 units (about 2x faster), "
@@ -164,6 +168,9 @@ def train(
     warmup_steps: int | None,
     eval_every: int | None,
     gpus: int,
+    nodes: int,
+    node_rank: int,
+    rdzv_endpoint: str | None,
     seed: int,
     amp: str,
     threads: int | None,
@@ -225,5 +232,8 @@ def train(
         mask_duplicates=mask_duplicates,
         snapshot_every=snapshot_every,
         snapshot_dir=snapshot_dir,
+        nodes=nodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
     )
     echo_report(f"train {model_id}", report)

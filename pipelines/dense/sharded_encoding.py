@@ -48,6 +48,7 @@ from storage.atomic import atomic_write, atomic_write_text
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
+DEFAULT_SHARD_SIZE = 50_000
 FORMAT_VERSION = 1
 REQUIRED_COLUMNS = ("passage_id", "title", "text")
 StorageDtype = Literal["float32", "float16"]
@@ -94,9 +95,10 @@ class EncodingManifest:
         return cls(**data)
 
     def identity(self) -> tuple:
-        """Everything that must match for finished shards to be reused."""
+        """Everything that must match for finished shards to be reused. Not the shard size: it
+        is how the vectors were cut, not what they are, so an existing layout is kept."""
         return (self.format_version, self.model_fingerprint, self.corpus_fingerprint,
-                self.shard_size, self.dim, self.dtype, self.precision)
+                self.dim, self.dtype, self.precision)
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,26 @@ def write_shard(out_dir: Path, index: int, ids: pa.Array, vectors: np.ndarray) -
     atomic_write(out_dir / vectors_file, lambda h: np.save(h, vectors, allow_pickle=False))
     return ShardInfo(index=index, count=len(ids), first_id=ids[0].as_py(), last_id=ids[-1].as_py(),
                      vectors_file=vectors_file, ids_file=ids_file)
+
+
+def written_shard(out_dir: Path, index: int, ids: pa.Array, dim: int, dtype: StorageDtype) -> ShardInfo | None:
+    """The shard ``index`` as a task of this run already wrote it (both files in place, for
+    exactly these ids, vectors of this shape and type), else None. A cluster that lost a worker
+    reruns the tasks whose results were in that worker's memory; their shards are on shared
+    storage already and are taken as they are instead of being encoded again."""
+    stem = f"shard-{index:05d}"
+    ids_file, vectors_file = out_dir / f"{stem}.ids.parquet", out_dir / f"{stem}.npy"
+    if not (ids_file.is_file() and vectors_file.is_file()):
+        return None
+    try:
+        written = pq.read_table(ids_file).column("passage_id").combine_chunks()
+        vectors = np.load(vectors_file, mmap_mode="r")
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None
+    if not written.equals(ids) or vectors.shape != (len(ids), dim) or vectors.dtype != np.dtype(dtype):
+        return None
+    return ShardInfo(index=index, count=len(ids), first_id=ids[0].as_py(), last_id=ids[-1].as_py(),
+                     vectors_file=vectors_file.name, ids_file=ids_file.name)
 
 
 def iter_corpus_shards(
@@ -402,7 +424,10 @@ def default_devices() -> list[str | None]:
 
 
 def prepare_out_dir(out_dir: Path, wanted: EncodingManifest) -> tuple[EncodingManifest, str | None]:
-    """Reuse the finished shards of a matching manifest, or clear the directory and explain why."""
+    """Reuse the finished shards of a matching manifest, or clear the directory and explain why.
+
+    A matching manifest cut into shards of another size keeps its own cut (finished or not):
+    re-encoding vectors that exist only to cut them differently would throw work away."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for leftover in out_dir.glob("*.tmp"):
         leftover.unlink()
@@ -410,13 +435,16 @@ def prepare_out_dir(out_dir: Path, wanted: EncodingManifest) -> tuple[EncodingMa
     if existing is None:
         return wanted, None
     if existing.identity() == wanted.identity():
+        if existing.shard_size != wanted.shard_size:
+            log.info("%s: keeping the existing shards of %d passages (asked for %d)", out_dir, existing.shard_size,
+                     wanted.shard_size)
         return existing, None
     changes = []
     if existing.model_fingerprint != wanted.model_fingerprint:
         changes.append(f"model {existing.model_fingerprint[:12]} -> {wanted.model_fingerprint[:12]}")
     if existing.corpus_fingerprint != wanted.corpus_fingerprint:
         changes.append(f"corpus {existing.corpus_fingerprint[:12]} -> {wanted.corpus_fingerprint[:12]}")
-    for name in ("shard_size", "dim", "dtype", "precision", "format_version"):
+    for name in ("dim", "dtype", "precision", "format_version"):
         if getattr(existing, name) != getattr(wanted, name):
             changes.append(f"{name} {getattr(existing, name)} -> {getattr(wanted, name)}")
     reason = (f"{out_dir}: existing embeddings do not match ({'; '.join(changes)}); "
@@ -467,7 +495,7 @@ def encode_corpus(
     out_dir: Path | str,
     *,
     corpus_fingerprint: str,
-    shard_size: int = 50_000,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     batch_size: int = 128,
     dtype: StorageDtype = "float32",
     devices: Sequence[str | None] | None = None,

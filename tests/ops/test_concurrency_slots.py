@@ -1,65 +1,67 @@
-"""Tag concurrency slots: a task waiting for one says so in its run's logs (what it waits for,
-who holds the slots, how long it waited), and the `gpu` slot count fits the machine."""
+"""The machine's `gpu` slots: a task waiting for one says who holds it (pid, host, task) and how
+long it waited; a killed holder's slot is free at once; the slot count fits the machine."""
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
-from prefect import flow, task
 
-from flows.concurrency_slots import CORES_PER_CPU_SLOT, SLOTS_ENV, announce_slot_waits, gpu_slots
+import flows.concurrency_slots as slots_module
+from flows.concurrency_slots import CORES_PER_CPU_SLOT, SLOT_DIR_ENV, SLOTS_ENV, gpu_slot, gpu_slots, holders
 
-TAG = "odqa-slot-test"
-HOLD_S = 6.0
-
-
-@task(tags=[TAG])
-def hold(seconds: float) -> float:
-    time.sleep(seconds)
-    return seconds
-
-
-@flow(name="two-holders-one-slot")
-def two_holders() -> float:
-    first, second = hold.submit(HOLD_S), hold.submit(HOLD_S)
-    return first.result() + second.result()
+HOLDER = """
+import sys, time
+from flows.concurrency_slots import gpu_slot
+with gpu_slot("train held-model"):
+    print("holding", flush=True)
+    time.sleep(120)
+"""
 
 
-async def _limit(slots: int) -> None:
-    from prefect.client.orchestration import get_client
+def test_a_killed_holder_frees_its_slot_at_once_and_the_waiter_says_who_held_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(SLOTS_ENV, "1")
+    monkeypatch.setenv(SLOT_DIR_ENV, str(tmp_path / "slots"))
+    monkeypatch.setattr(slots_module, "GRACE_S", 0.5)
+    import prefect.logging  # noqa: F401 (imported by every flow process; not timed here)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).parents[2])  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        assert holders(tmp_path / "slots")[0].startswith(f"train held-model (pid {holder.pid} on ")
+        got: list[float] = []
 
-    async with get_client() as client:
-        await client.create_concurrency_limit(tag=TAG, concurrency_limit=slots)
+        def wait_for_slot() -> None:
+            with gpu_slot("encode waiting-model"):
+                got.append(time.monotonic())
 
-
-async def _log_lines(flow_run_id) -> list[str]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.client.schemas.sorting import LogSort
-
-    async with get_client() as client:
-        logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-                                      limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)  # fmt: skip
-        return [log.message for log in logs]
-
-
-def test_a_task_waiting_for_a_slot_says_what_it_waits_for(prefect_harness: str) -> None:
-    from prefect.logging.handlers import APILogWorker
-
-    announce_slot_waits()
-    asyncio.run(_limit(1))
-    state = two_holders(return_state=True)
-    assert state.is_completed() and state.result() == 2 * HOLD_S
-    APILogWorker.drain_all()
-    lines = asyncio.run(_log_lines(state.state_details.flow_run_id))
-    waiting = [line for line in lines if line.startswith("waiting ")]
-    assert waiting, lines
-    assert f"for a free slot of the tag concurrency limit '{TAG}' (1 of 1 taken by task run 'hold-" in waiting[0]
-    assert "of flow run '" in waiting[0] and "the task starts when one frees" in waiting[0]
-    assert any(line.startswith(f"got a slot of {TAG} after ") for line in lines), lines
+        with caplog.at_level(logging.INFO, logger="odqa.slots"):
+            waiter = threading.Thread(target=wait_for_slot)
+            waiter.start()
+            time.sleep(1.5)
+            assert not got  # the slot is taken
+            killed = time.monotonic()
+            os.kill(holder.pid, signal.SIGKILL)
+            waiter.join(timeout=10)
+        assert got and got[0] - killed < 1.0, "the dead holder's slot was not free at once"
+    finally:
+        holder.kill()
+        holder.wait()
+    waiting = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert waiting and "for one of this machine's 1 gpu slot(s)" in waiting[0], waiting
+    assert f"held by train held-model (pid {holder.pid} on " in waiting[0]
+    assert "encode waiting-model starts when one frees" in waiting[0]
+    assert any(r.getMessage().startswith("got gpu slot 0 after ") for r in caplog.records)
+    assert holders(tmp_path / "slots") == []  # released on leaving the block
 
 
 def test_gpu_slots_fit_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
