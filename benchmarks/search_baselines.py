@@ -2,12 +2,12 @@
 libraries alone (Issue 32, `benchmarks/RESULTS.md`).
 
     python benchmarks/search_baselines.py bm25 INDEX_DIR "question" [--k 5]
-    python benchmarks/search_baselines.py dense MODEL_DIR FAISS_INDEX_FILE PASSAGE_IDS_FILE "question" [--k 5]
+    python benchmarks/search_baselines.py dense MODEL_DIR FAISS_INDEX_DIR "question" [--k 5]
 
 bm25: pyserini's `LuceneSearcher` over the Lucene index `odqa bm25 index` built (k1 0.9, b 0.4,
 as odqa searches), printing rank, score, id and the stored text. dense: a sentence-transformers
 model encodes the question and FAISS searches the flat index `odqa index build` wrote, printing
-rank, score and passage id (ids from the index's id file, one per line). Both print what a user
+rank, score and passage id (the folder's `*.faiss` file and its `ids.parquet`). Both print what a user
 would read, so the comparison includes output, like `odqa search`'s.
 """
 
@@ -31,15 +31,18 @@ def bm25(index: str, question: str, k: int) -> None:
         print(f"{rank:>3}. [{hit.score:.3f}] ({hit.docid})\n     {text[:240]}")
 
 
-def dense(model: str, index_file: str, ids_file: str, question: str, k: int) -> None:
+def dense(model: str, index_dir: str, question: str, k: int) -> None:
+    from pathlib import Path
+
     import faiss
+    import pyarrow.parquet as pq
     from sentence_transformers import SentenceTransformer
 
     encoder = SentenceTransformer(model, device="cpu")
-    index = faiss.read_index(index_file)
-    with open(ids_file, encoding="utf-8") as lines:
-        ids = lines.read().split("\n")
-    vector = encoder.encode([question], convert_to_numpy=True, normalize_embeddings=False)
+    (index_file,) = Path(index_dir).glob("*.faiss")
+    index = faiss.read_index(str(index_file))
+    ids = pq.read_table(Path(index_dir) / "ids.parquet").column(0).to_pylist()
+    vector = encoder.encode([question], convert_to_numpy=True)
     scores, rows = index.search(vector.astype("float32"), k)
     for rank, (score, row) in enumerate(zip(scores[0], rows[0], strict=True), start=1):
         print(f"{rank:>3}. [{score:.3f}] ({ids[row]})")
