@@ -14,8 +14,8 @@ Calls measured:
 
 * ``odqa --help``; direct: ``python -c pass`` (the interpreter start every call pays);
 * ``odqa sql "SELECT 1"``; direct: ``Workspace.resolve(ws).sql("SELECT 1")``;
-* ``odqa search "..."`` (BM25); direct: ``search_flow.fn(...)`` — the search without Prefect;
-* ``odqa search --model MiniLM "..."`` (dense); direct: the same ``search_flow.fn`` call.
+* ``odqa search "..."`` (BM25); direct: ``SearchSession(...).ask(...)`` — the search without the CLI;
+* ``odqa search --model MiniLM "..."`` (dense); direct: the same ``SearchSession`` call.
 
 Every direct call runs in its own fresh process too (imports included, like the CLI), and also
 reports the time of the call alone. CLI overhead = CLI wall time − direct wall time. Variants are
@@ -101,17 +101,17 @@ def main() -> None:
     prepare(ws, after_env)
     w = ("-w", str(ws))
     model = minilm_dir()
-    search = "search_flow.fn(questions=[{q!r}], retriever={r!r}, model={m!r}, k=5, workspace={w!r})"
+    search = "SearchSession({w!r}, {r!r}, {m!r}).ask([{q!r}], 5)"
     calls = {
         "odqa --help": (["--help"], [sys.executable, "-c", "pass"]),
         'odqa sql "SELECT 1"': ([*w, "sql", "SELECT 1"],
                                 direct_command("from storage import Workspace",
                                                f"Workspace.resolve({str(ws)!r}).sql('SELECT 1')")),
         "odqa search (BM25)": ([*w, "search", QUESTION],
-                               direct_command("from flows.search import search_flow",
+                               direct_command("from flows.search import SearchSession",
                                               search.format(q=QUESTION, r="bm25", m=None, w=str(ws)))),
         "odqa search --model MiniLM (dense)": ([*w, "search", "--model", model, QUESTION],
-                                               direct_command("from flows.search import search_flow",
+                                               direct_command("from flows.search import SearchSession",
                                                               search.format(q=QUESTION, r="dense", m=model,
                                                                             w=str(ws)))),
     }  # fmt: skip

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from prefect import flow, task
 
@@ -41,6 +41,7 @@ from flows.runtime import flow_run_logs, run_log_env, stage_logger
 from flows.stages import finished_report
 from models.config import ARCHS, DESIRE_ME_ARCHS
 from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
+from models.dev_eval import dev_pool
 from models.job import TrainingJob, TrainSet, run_job
 from models.resume import resume_decision
 from models.trainer import changed_auto_precision
@@ -49,6 +50,7 @@ from pipelines.questions.specs import DatasetSpec
 from storage import Workspace
 from storage.atomic import atomic_write_json
 from storage.fingerprint import fingerprint
+from storage.metrics import metric_order
 from storage.model_registry import (
     check_model_id,
     model_dir,
@@ -75,6 +77,8 @@ class ExamplesReport(Report):
     examples: int
     skipped: dict[str, int]
     domains: list[str]
+    with_hard_negatives: int = 0  # examples with at least one hard negative
+    hard_negatives_used: int = 0  # hard negatives a batch takes, summed over the examples (at most the asked count each)
 
 
 @dataclass
@@ -88,11 +92,20 @@ class TrainReport(Report):
     steps: int = 0
     final_loss: float = 0.0
     dev_metrics: dict[str, float] = field(default_factory=dict)
+    dev_pool: str | None = None  # what dev_metrics ranked: not the corpus (see `dev_pool_text`)
+    hard_negatives: str | None = None  # how many hard negatives per question training used
     resumed: str | None = None
+
+    spread: ClassVar[dict[str, str]] = {"dev_metrics": "dev "}
+
+    def __post_init__(self) -> None:
+        # by cut-off (R@1, R@5, R@20, R@100), also when rebuilt from the ledger's sorted JSON
+        self.dev_metrics = {k: self.dev_metrics[k] for k in sorted(self.dev_metrics, key=metric_order)}
 
 
 @task(name="load-training-examples")
-def load_examples_task(workspace: str, dataset: str, split: str, output: str) -> ExamplesReport:
+def load_examples_task(workspace: str, dataset: str, split: str, output: str, hard_negatives: int = 0
+                       ) -> ExamplesReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
     questions = load_questions(ws, dataset, split)
     passages = passages_with_ids(ws, sorted(referenced_passage_ids(questions)))
@@ -102,7 +115,50 @@ def load_examples_task(workspace: str, dataset: str, split: str, output: str) ->
                          f"present in the passages table ({dict(skipped)})")  # fmt: skip
     write_examples(examples, Path(output))
     return ExamplesReport(examples=len(examples), skipped=dict(skipped),
-                          domains=sorted({d for e in examples for d in e.domains}))  # fmt: skip
+                          domains=sorted({d for e in examples for d in e.domains}),
+                          with_hard_negatives=sum(1 for e in examples if e.hard_negatives),
+                          hard_negatives_used=sum(min(hard_negatives, len(e.hard_negatives)) for e in examples))  # fmt: skip
+
+
+def ensure_hard_negatives(ws: Workspace, spec: DatasetSpec, count: int) -> None:
+    """A training that asks for hard negatives gets them: a split whose questions have none gets
+    DPR's BM25 negatives first (`odqa negatives bm25`, `count` per question), said on the terminal;
+    without a BM25 index to build them from, the training is refused naming the commands."""
+    from flows.negatives import bm25_negatives_flow
+    from pipelines.retrieval.bm25 import IndexMissingError
+    from pipelines.retrieval.negatives import MAX_HARD_NEGATIVES
+
+    stored = load_questions(ws, spec.dataset, spec.split, ["hard_negative_ids"]).column("hard_negative_ids")
+    if any(stored.to_pylist()):
+        return
+    command = f"odqa negatives bm25 --dataset {spec.dataset} --split {spec.split} --count {count}"
+    tell("%s: no question has hard negatives and %d per question were asked for; building BM25 negatives "
+         "as DPR does (as `%s` would) ...", spec.name, count, command)  # fmt: skip
+    try:
+        bm25_negatives_flow(dataset=spec.dataset, split=spec.split, count=min(count, MAX_HARD_NEGATIVES),
+                            workspace=str(ws.root))  # fmt: skip
+    except IndexMissingError:
+        raise ValueError(f"{spec.name} has no hard negatives and {count} per question were asked for, but there is "
+                         f"no BM25 index to build them from: run `odqa bm25 index` (training then builds them, as "
+                         f"`{command}` would), or train with --hard-negatives 0") from None  # fmt: skip
+
+
+def hard_negatives_text(asked: int, loaded: list[dict[str, Any]]) -> str:
+    """How many hard negatives per question training used, against how many were asked for."""
+    examples = sum(r["examples"] for r in loaded)
+    used = sum(r.get("hard_negatives_used", 0) for r in loaded)
+    having = sum(r.get("with_hard_negatives", 0) for r in loaded)
+    if asked == 0:
+        return "none (--hard-negatives 0: in-batch negatives only)"
+    return (f"{used / max(examples, 1):.2f} per question on average (asked: {asked}); "
+            f"{having:,} of {examples:,} training questions have at least one")
+
+
+def dev_pool_text(dev_path: str, dev: str) -> str:
+    """What the dev R@K ranked: a pool, not the corpus, so the figure is not read as `odqa evaluate`'s."""
+    examples = read_examples(Path(dev_path))
+    return (f"{len(dev_pool(examples)):,} passages: the positives and hard negatives of the {len(examples):,} "
+            f"questions of {dev} (not the full corpus: score that with odqa retrieve + evaluate)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -294,6 +350,9 @@ def train_flow(
         **({"grad_cache": True} if grad_cache else {}),
         **({"mask_duplicates": True} if mask_duplicates else {}),
     }  # fmt: skip
+    if hard_negatives > 0:
+        for spec in specs:
+            ensure_hard_negatives(ws, spec, hard_negatives)
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
                            ws.table_version("passages"))  # fmt: skip
@@ -312,7 +371,8 @@ def train_flow(
     train_sets, loaded = [], {}
     for spec in specs:
         path = training_examples_file(ws, model_id, "train", spec.dataset, spec.split)
-        loaded[spec.name] = asdict(load_examples_task(str(ws.root), spec.dataset, spec.split, str(path)))
+        loaded[spec.name] = asdict(load_examples_task(str(ws.root), spec.dataset, spec.split, str(path),
+                                                      hard_negatives))  # fmt: skip
         train_sets.append(TrainSet(name=spec.name, path=str(path), weight=spec.weight))
     dev_path = None
     if dev_spec:
@@ -360,6 +420,8 @@ def train_flow(
     report = TrainReport(model_id=model_id, arch=arch, parameters=result["parameters"],
                          path=str(model_dir(ws, model_id)), base=base, trained_on=trained_on, steps=result["steps"],
                          final_loss=round(result["final_loss"], 4), dev_metrics=dict(result["best_metrics"]),
+                         dev_pool=dev_pool_text(dev_path, dev) if dev_path and dev else None,
+                         hard_negatives=hard_negatives_text(hard_negatives, [loaded[s.name] for s in specs]),
                          resumed=message if resuming else None)  # fmt: skip
     register_model(ws, model_id, Path(result["model_dir"]), row, stage=stage, stage_fingerprint=stage_fp,
                    curve=result.get("log", []), leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow
 
+from flows.publish import publish_indexes
 from flows.runtime import flow_run_logs, stage_logger
 from flows.searchers import RetrieverChoice, open_searcher
 from flows.stages import finished_report
@@ -29,6 +30,7 @@ from storage.index_layout import IndexLayout
 from storage.metrics import metric_rows
 from storage.passages import passage_texts
 from storage.questions import load_questions, questions_fingerprint
+from storage.releases import current_release
 from storage.reports import Report
 
 QUESTION_COLUMNS = ["question_id", "question", "answers"]
@@ -45,6 +47,7 @@ class TuneHybridReport(Report):
     dev_recall: float  # R@k of the chosen alpha on the dev questions
     dense_only_recall: float  # R@k of the dense ranking alone
     questions: int
+    release: str | None = None  # the published release serving this alpha (None: nothing published serves the model)
 
 
 def _dev_candidates(ws: Workspace, searcher: HybridSearcher, spec: DatasetSpec) -> tuple[pa.Table, np.ndarray, int]:
@@ -100,6 +103,7 @@ def tune_hybrid_flow(
     done = finished_report(ws, stage, stage_fp, TuneHybridReport, "same model, index and dev questions")
     if done is not None and layout.tuned_alpha(ref.key) is not None:  # type: ignore[union-attr]
         opened.searcher.close()
+        done.release = publish_alpha(ws, ref.key)  # type: ignore[union-attr]
         return done
     try:
         with flow_run_logs():
@@ -121,5 +125,16 @@ def tune_hybrid_flow(
         layout.write_hybrid_settings(ref.key, {**report.ledger(),  # type: ignore[union-attr]
                                                "recall": {f"{a:.1f}": r for a, r in search.recall.items()}})  # fmt: skip
         tx.report = report.ledger()
+    report.release = publish_alpha(ws, ref.key)  # type: ignore[union-attr]
     stage_logger().info("%s: %s", stage, report)
     return report
+
+
+def publish_alpha(ws: Workspace, key: str) -> str | None:
+    """A running service takes a model's hybrid alpha from the release it serves, so a release
+    published before the tuning is published again with the tuned alpha (a no-op when the current
+    release has it already). The release serving the model now, or None when none does."""
+    current = current_release(ws)
+    if current is None or not any(entry.key == key for entry in current.dense):
+        return None
+    return publish_indexes(ws, current.passages_version).release.release

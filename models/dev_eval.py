@@ -28,6 +28,18 @@ def normalize_answer_text(text: str) -> str:
     return " ".join(re.findall(r"\w+", text))
 
 
+def dev_pool(examples: Sequence[TrainingExample]) -> dict[tuple[str, str], int]:
+    """The passages dev R@K ranks, (title, text) -> position: every positive and hard negative of
+    the dev examples, deduplicated in order. Train reports name its size, since R@K over this pool
+    is higher than over the whole corpus."""
+    keys: dict[tuple[str, str], int] = {}
+    for example in examples:
+        keys.setdefault(tuple(example.positive), len(keys))
+        for negative in example.hard_negatives:
+            keys.setdefault(tuple(negative), len(keys))
+    return keys
+
+
 class InMemoryDevEvaluator:
     """Callable computing R@K for `examples` with any retriever."""
 
@@ -39,13 +51,8 @@ class InMemoryDevEvaluator:
         self.examples = list(examples)
         self.ks = tuple(sorted(ks))
         self.batch_size = batch_size
-        keys: dict[tuple[str, str], int] = {}
-        self.positives: list[set[int]] = []
-        for example in self.examples:
-            positive = keys.setdefault(tuple(example.positive), len(keys))
-            self.positives.append({positive})
-            for negative in example.hard_negatives:
-                keys.setdefault(tuple(negative), len(keys))
+        keys = dev_pool(self.examples)
+        self.positives: list[set[int]] = [{keys[tuple(example.positive)]} for example in self.examples]
         self.passages = list(keys)
         normalized = [f" {normalize_answer_text(title + ' ' + text)} " for title, text in self.passages]
         self.hits: list[set[int]] = []

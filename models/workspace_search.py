@@ -12,22 +12,24 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from models.base import Retriever
-from pipelines.dense.faiss_index import DenseIndex, open_faiss_index, read_index_metadata
-from pipelines.dense.mining import MiningResult, mine_hard_negatives
-from pipelines.evaluation.answers import MatchMode
 from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1, IndexMissingError, open_bm25_index
 from pipelines.search.bm25_searcher import Bm25Searcher
-from pipelines.search.dense_searcher import DenseSearcher
-from pipelines.search.freshness import dense_index_problem as index_problem_of
 from pipelines.search.searcher import Searcher, search_run
 from storage.index_layout import DenseBuild, IndexLayout
 from storage.model_registry import ModelRef
 from storage.passages import passage_texts, require_passages
 from storage.workspace import Workspace
+
+if TYPE_CHECKING:  # torch and FAISS are imported where a dense search needs them: a BM25 one never does
+    from models.base import Retriever
+    from pipelines.dense.faiss_index import DenseIndex
+    from pipelines.dense.mining import MiningResult
+    from pipelines.evaluation.answers import MatchMode
+    from pipelines.search.dense_searcher import DenseSearcher
 
 _local = threading.local()  # per thread: path -> (files stamp, LoadedModel), most recent last
 MODELS_PER_THREAD = 3  # a pipeline run goes through many models: keep the last few, not all
@@ -83,6 +85,9 @@ def dense_index_problem(ws: Workspace, ref: ModelRef, index_type: str,
                         question_model: LoadedModel | None = None) -> str | None:  # fmt: skip
     """Why the model's `index_type` index cannot answer now (missing; stale because the passages or
     the passage encoder changed), or None."""
+    from pipelines.dense.faiss_index import read_index_metadata
+    from pipelines.search.freshness import dense_index_problem as index_problem_of
+
     build = dense_build(ws, ref)
     meta = read_index_metadata(build.index(index_type))
     if meta is None:
@@ -95,21 +100,35 @@ def dense_index_problem(ws: Workspace, ref: ModelRef, index_type: str,
                             index_type=index_type)  # fmt: skip
 
 
+def require_dense_index(ws: Workspace, ref: ModelRef, index_type: str) -> Path:
+    """The folder of the model's `index_type` index for the current passages, or FileNotFoundError
+    naming the command that builds it (checked before any model is loaded: that takes seconds)."""
+    from pipelines.dense.faiss_index import read_index_metadata
+
+    folder = dense_build(ws, ref).index(index_type)
+    if read_index_metadata(folder) is None:
+        raise FileNotFoundError(f"no {index_type} index for model {ref.passage_name!r}; build it with: "
+                                f"odqa index build --model {ref.passage_name} --type {index_type}")  # fmt: skip
+    return folder
+
+
 def open_dense_index(ws: Workspace, ref: ModelRef, index_type: str, question_model: LoadedModel | None = None
                      ) -> DenseIndex:  # fmt: skip
     """The model's index for the current passages, refused (FileNotFoundError / StaleIndexError)
     when missing or built for other passages or weights."""
+    from pipelines.dense.faiss_index import open_faiss_index
+
     build = dense_build(ws, ref)
-    folder = build.index(index_type)
-    if read_index_metadata(folder) is None:
-        raise FileNotFoundError(f"no {index_type} index for model {ref.passage_name!r}; build it with: "
-                                f"odqa index build --model {ref.passage_name} --type {index_type}")  # fmt: skip
+    folder = require_dense_index(ws, ref, index_type)
     # Budget-split indexes (parts) are searched memory-mapped; whole ones are read into memory.
     return open_faiss_index(folder, index_model_fingerprint(ref, question_model), build.passages_version, mmap=None)
 
 
 def dense_searcher(ws: Workspace, ref: ModelRef, index_type: str = "flat") -> DenseSearcher:
     """Search the model's index with its question encoder (both checked, see `open_dense_index`)."""
+    from pipelines.search.dense_searcher import DenseSearcher
+
+    require_dense_index(ws, ref, index_type)
     question_model = loaded_model(ref.path)
     return DenseSearcher(question_model.model, open_dense_index(ws, ref, index_type, question_model))
 
@@ -140,6 +159,8 @@ def mine_questions(ws: Workspace, searcher: Searcher, questions: pa.Table, depth
                    mode: MatchMode) -> MiningResult:  # fmt: skip
     """Hard negatives of `questions` (question_id, question, answers, positive_ids): each one's top
     `depth` passages minus gold and answer-bearing ones, the best `count` kept."""
+    from pipelines.dense.mining import mine_hard_negatives
+
     run = pa.concat_tables(list(search_run(searcher, questions, depth)))
     texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False)
     if missing:

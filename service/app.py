@@ -273,7 +273,8 @@ def _alpha(requested: float | None, release: LoadedRelease) -> float:
     if requested is not None:
         return requested
     if release.stored_alpha is None:
-        raise ClientError(400, "hybrid needs `alpha`: no tuned alpha is stored for this model (odqa tune-hybrid)")
+        raise ClientError(400, f"hybrid needs `alpha`: index version {release.release} has no tuned alpha for this "
+                               "model (odqa tune-hybrid publishes one)")  # fmt: skip
     return release.stored_alpha
 
 

@@ -141,12 +141,19 @@ class LoadedRelease:
         names = [name for name, part in (("bm25", self.bm25), ("dense", self.dense)) if part is not None]
         return names + (["hybrid"] if len(names) == 2 else [])
 
+    @property
+    def listed_retrievers(self) -> list[str]:
+        """What GET /index offers: hybrid only with a tuned alpha in the release, since a hybrid
+        request without one is refused (an explicit `alpha` is still accepted)."""
+        return [name for name in self.retrievers if name != "hybrid" or self.stored_alpha is not None]
+
     def describe(self) -> dict[str, Any]:
-        """What GET /index shows: the model, index type, passages snapshot, build time, version."""
+        """What GET /index shows: the model, index type, passages snapshot, build time, version, the
+        retrievers offered and the hybrid alpha in use (None: not tuned, see `listed_retrievers`)."""
         return {"version": self.release, "model": model_display_name(self.model), "index_type": self.index_type,
                 "bm25": self.bm25 is not None, "passages_snapshot": self.record.passages_version,
                 "passages": len(self.passages), "built_at": self.record.created_at, "loaded_at": self.loaded_at,
-                "retrievers": self.retrievers,
+                "retrievers": self.listed_retrievers, "hybrid_alpha": self.stored_alpha,
                 "models": [model_display_name(entry.model) for entry in self.record.dense]}  # fmt: skip
 
     def _dense_batch(self, items: Batch) -> list[Ranked]:

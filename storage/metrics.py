@@ -17,6 +17,19 @@ import pyarrow as pa
 
 from storage.workspace import Workspace
 
+# Metrics read in the order of their cut-off (R@1, R@5, R@20, R@100), not as strings (R@1, R@100,
+# R@20, R@5): by name without the `@K`, then K as a number, names without a K first.
+METRIC_ORDER_SQL = ("regexp_replace(metric, '@[0-9]+$', ''), "
+                    "TRY_CAST(regexp_extract(metric, '@([0-9]+)$', 1) AS INTEGER) NULLS FIRST, metric")  # fmt: skip
+
+
+def metric_order(name: str) -> tuple[str, int, str]:
+    """The sort key of a metric name, as METRIC_ORDER_SQL orders them."""
+    base, _, cutoff = name.rpartition("@")
+    if base and cutoff.isdigit():
+        return base, int(cutoff), name
+    return name, -1, name
+
 
 def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
@@ -41,13 +54,13 @@ def run_metrics(ws: Workspace, run: str, *, groups: bool = False) -> pa.Table:
     """A run's figures: dataset, split, group, metric, value (overall rows only unless `groups`)."""
     where = "" if groups else " AND \"group\" = ''"
     return ws.sql('SELECT dataset, split, "group", metric, round(value, 4) AS value FROM metrics '
-                  f"WHERE run = {_quote(run)}{where} ORDER BY dataset, split, \"group\", metric")  # fmt: skip
+                  f"WHERE run = {_quote(run)}{where} ORDER BY dataset, split, \"group\", {METRIC_ORDER_SQL}")  # fmt: skip
 
 
 def overall_metrics(ws: Workspace, run: str) -> pa.Table:
     """The run's overall figures (group ''): dataset, split, metric, value."""
     return ws.sql(f"SELECT dataset, split, metric, value FROM metrics WHERE run = {_quote(run)} "
-                  "AND \"group\" = '' ORDER BY dataset, split, metric")  # fmt: skip
+                  f"AND \"group\" = '' ORDER BY dataset, split, {METRIC_ORDER_SQL}")  # fmt: skip
 
 
 def recall_table(ws: Workspace, runs: list[str], ks: list[int]) -> pa.Table | None:

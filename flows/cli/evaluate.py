@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from flows.cli.groups import MATCH_HELP, main, parse_cutoffs, workspace_arg, workspace_of
+
+
+def split_line(split: dict[str, Any]) -> str:
+    """What one dataset split was scored on, as a sentence (the report keeps the figures as a dict)."""
+    line = f"{split['dataset']}/{split['split']}: {split['questions']:,} questions"
+    if "questions_with_answers" in split:
+        line += f", {split['questions_with_answers']:,} with answers (answer match)"
+    if "questions_judged" in split:
+        line += f", {split['questions_judged']:,} judged (relevance from {split['qrels_source']})"
+    if split.get("passages_missing"):
+        line += f"; {split['passages_missing']:,} retrieved passages missing from the passages table"
+    return line
 
 
 @main.command("evaluate")
@@ -26,7 +40,7 @@ def evaluate(ctx: click.Context, run: str, ks: str, match: str, groups: bool) ->
     click.echo(f"evaluate {run}: {'no-op (inputs unchanged)' if report.noop else 'done'}")
     click.echo(render(run_metrics(workspace_of(ctx), run, groups=groups), "table"))
     for split in report.splits:
-        click.echo(f"  {split}")
+        click.echo(f"  {split_line(split)}")
     if report.plot:
         click.echo(f"plot: {report.plot}")
 

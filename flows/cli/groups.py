@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 
 # Verbs that answer without a Prefect server: they report to the workspace's server only when it
-# already runs (`odqa search` then runs as a flow) and never start one.
-SERVERLESS_VERBS = frozenset({"sql", "serve", "search", "index plan", "server status", "server stop",
-                              "server reset"})  # fmt: skip
+# already runs and never start one.
+SERVERLESS_VERBS = frozenset({"sql", "serve", "index plan", "server status", "server stop", "server reset"})
+# Verbs that run no flow at all, so they never look for a Prefect server (`odqa search` answers
+# question after question in this process and writes nothing).
+PREFECTLESS_VERBS = frozenset({"search"})
 
 
 class VerbCommand(click.Command):
@@ -49,7 +51,7 @@ class VerbCommand(click.Command):
     def invoke(self, ctx: click.Context):
         root = ctx.find_root()
         verb = " ".join(ctx.command_path.split()[1:])
-        if root.obj is not None and "prefect_api" not in root.obj:
+        if root.obj is not None and "prefect_api" not in root.obj and verb not in PREFECTLESS_VERBS:
             use_prefect(root, start=verb not in SERVERLESS_VERBS)
         return super().invoke(ctx)
 

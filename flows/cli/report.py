@@ -10,26 +10,27 @@ import click
 if TYPE_CHECKING:  # reports are dataclasses of storage.reports; imported by the flows, not by --help
     from storage.reports import Report
 
-MAX_VALUE_WIDTH = 100
+def format_value(value: Any) -> str:
+    """One cell: lists and dicts as compact JSON (never cut: a config must stay readable whole),
+    a dict of metrics in the order of their cut-offs (R@1, R@5, R@20, R@100)."""
+    from storage.metrics import metric_order
 
-
-def format_value(value: Any, width: int = MAX_VALUE_WIDTH) -> str:
-    """One cell: lists and dicts as compact JSON, long values cut with an ellipsis."""
+    if isinstance(value, dict):
+        value = {key: value[key] for key in sorted(value, key=lambda k: metric_order(str(k)))}
     if isinstance(value, (list, tuple, dict)):
-        text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
-    elif isinstance(value, float):
-        text = f"{value:.6g}"
-    else:
-        text = str(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def report_table(report: dict[str, Any]) -> str:
     """The report's figures as two aligned columns, ``key: value`` with the keys right-aligned
-    (no header: the keys say what they are; scripts may still grep ``key: value``)."""
+    (no header: the keys say what they are; scripts may still grep ``key: value``). Fields that
+    do not apply to this run (None) are left out rather than printed as ``None``."""
     from tabulate import simple_separated_format, tabulate
 
-    rows = [(key, format_value(value)) for key, value in report.items() if key != "noop"]
+    rows = [(key, format_value(value)) for key, value in report.items() if key != "noop" and value is not None]
     if not rows:
         return ""
     table = tabulate(rows, tablefmt=simple_separated_format(": "), colalign=("right", "left"),

@@ -1,10 +1,50 @@
-"""`odqa search`: the top passages of free-text questions, printed."""
+"""`odqa search`: the top passages of free-text questions, printed as each question comes.
+
+Questions come from the arguments, else from stdin: on a terminal a prompt answers each line as
+it is typed; piped, each line is answered (and flushed) before the next is read, so a program can
+talk to it. The searcher is opened once for all of them (`flows.search.SearchSession`), and no
+Prefect flow runs: searching writes nothing to track.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+
 import click
 
-from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main, prefect_api_of, workspace_arg
+from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main
+
+PROMPT = "question> "
+TEXT_WIDTH = 240
+
+
+def stdin_questions() -> Iterator[str]:
+    """Non-empty lines of stdin, each yielded as soon as it is read; a prompt on a terminal."""
+    interactive = sys.stdin.isatty()
+    if interactive:
+        click.echo("odqa search: type a question and press Enter (Ctrl-D to quit)", err=True)
+    while True:
+        if interactive:
+            click.echo(PROMPT, nl=False, err=True)
+        line = sys.stdin.readline()
+        if not line:
+            return
+        if line.strip():
+            yield line.strip()
+
+
+def echo_hits(question: str, hits: list) -> None:
+    """One question's hits: rank, score, title, passage id, and the text's first characters."""
+    lines = [f"\n? {question}"]
+    for hit in hits:
+        text = (hit.text or "").replace("\n", " ")
+        lines.append(f"{hit.rank:>3}. [{hit.score:.3f}] {hit.title} ({hit.passage_id})")
+        lines.append(f"     {text[:TEXT_WIDTH]}{'...' if len(text) > TEXT_WIDTH else ''}")
+    if not hits:
+        lines.append("     (no passage matches)")
+    click.echo("\n".join(lines))
+    sys.stdout.flush()
 
 
 @main.command("search")
@@ -18,24 +58,18 @@ from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main, prefect_api_of, work
 @click.pass_context
 def search(ctx: click.Context, questions: tuple[str, ...], retriever: str | None, model: str | None, k: int,
            alpha: float | None, index_type: str) -> None:  # fmt: skip
-    """Print the top passages (title, score, text) for each QUESTION (or each line of stdin).
+    """Print the top passages (title, score, text) for each QUESTION, else for each line of stdin
+    (a prompt on a terminal), answering each as it comes. Builds nothing: a missing index is an
+    error naming the command that builds it."""
+    from flows.search import SearchSession
 
-    With a Prefect server configured the search is a flow run on it; without one it is answered
-    directly, without starting a temporary server (searching writes nothing to track)."""
-    from flows.search import search_flow
-
-    asked = list(questions) or [line.strip() for line in click.get_text_stream("stdin") if line.strip()]
-    if not asked:
+    chosen = retriever or ("dense" if model else "bm25")
+    answered = 0
+    with SearchSession(ctx.find_root().obj.get("workspace"), chosen, model, alpha, index_type) as session:
+        if session.alpha is not None:
+            click.echo(f"odqa search: hybrid alpha {session.alpha:g}", err=True)
+        for question in questions or stdin_questions():
+            echo_hits(question, session.ask([question], k))
+            answered += 1
+    if not answered:
         raise click.UsageError("give a question (or pipe questions on stdin, one per line)")
-    run = search_flow if prefect_api_of(ctx).url else search_flow.fn
-    results = run(questions=asked, retriever=retriever or ("dense" if model else "bm25"), model=model, k=k,
-                  alpha=alpha, index_type=index_type, workspace=workspace_arg(ctx))  # fmt: skip
-    current = None
-    for hit in results:
-        if hit.question != current:
-            current = hit.question
-            click.echo(f"\n? {current}")
-        text = (hit.text or "").replace("\n", " ")
-        click.echo(f"{hit.rank:>3}. [{hit.score:.3f}] {hit.title} ({hit.passage_id})")
-        click.echo(f"     {text[:240]}{'...' if len(text) > 240 else ''}")
-

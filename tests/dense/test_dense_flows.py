@@ -45,6 +45,7 @@ def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
     from flows.retrieve import retrieve_flow
     from storage.index_layout import IndexLayout
     from storage.model_registry import resolve_model
+    from storage.releases import current_release
 
     ws_dir = tmp_path / "ws"
     w = ("-w", str(ws_dir))
@@ -94,6 +95,12 @@ def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
         ws = Workspace.resolve(ws_dir)
         tuned = json.loads(IndexLayout.of(ws).hybrid_file(resolve_model(ws, model).key).read_text())
         assert hybrid.rows == 15 and hybrid.config["alpha"] == tuned["alpha"]
+        # the release published before the tuning (by index build) is published again with the alpha,
+        # which the service takes from it; CLI search uses and shows the same alpha
+        served = current_release(ws)
+        assert [entry.alpha for entry in served.dense] == [tuned["alpha"]] and f"release: {served.release}" in out
+        out = cli(*w, "search", "--retriever", "hybrid", "--model", model, "--k", "2", "Who wrote Glass Tides?").output
+        assert f"hybrid alpha {tuned['alpha']:g}" in out and "Ilsa Brandt (5)" in out
 
     out = cli(*w, "mine", "--model", model, "--dataset", "toy", "--split", "dev", "--depth", "5").output
     assert "mine: done" in out

@@ -243,3 +243,32 @@ def test_paired_t_test_and_bonferroni() -> None:
 def test_recall_plot_is_a_png() -> None:
     png = render_recall_plot({"bm25": np.array([0.2, 0.4, 0.5]), "dpr": np.array([0.4, 0.6, 0.7])})
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_recall_plot_text_fits_inside_the_saved_figure() -> None:
+    """The compare plot's title (two long run names) and the y-axis label are not clipped: every
+    text drawn in the saved image lies inside the figure."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from pipelines.evaluation.metrics import recall_figure
+
+    runs = ["dense-sde-squad24-train-round2-squad24-dev", "hybrid-sde-squad24-train-round2-alpha-1.3-squad24-dev"]
+    figure = recall_figure({name: np.array([0.2, 0.4, 0.5]) for name in runs},
+                           title="Top-K retrieval accuracy: " + " vs ".join(runs))  # fmt: skip
+    canvas = FigureCanvasAgg(figure)
+    figure.savefig(io.BytesIO(), format="png")  # lays the figure out and draws it, as saved
+    renderer = canvas.get_renderer()
+    box = figure.bbox
+    ticks = {id(label) for axes in figure.axes
+             for label in axes.get_xticklabels(which="both") + axes.get_yticklabels(which="both")}  # fmt: skip
+    texts = [t for t in figure.findobj(Text) if t.get_visible() and t.get_text().strip() and id(t) not in ticks]
+    assert any(t.get_text().startswith("Top-K") for t in texts) and any("R@K" in t.get_text() for t in texts)
+    for text in texts:  # title, axis labels, legend
+        extent = text.get_window_extent(renderer)
+        assert (extent.x0 >= box.x0 - 0.5 and extent.y0 >= box.y0 - 0.5 and extent.x1 <= box.x1 + 0.5
+                and extent.y1 <= box.y1 + 0.5), f"{text.get_text()!r} at {extent} leaves the figure {box}"  # fmt: skip
+    drawn = figure.get_tightbbox(renderer)  # inches; tick labels only where ticks are drawn
+    assert drawn.x0 >= 0 and drawn.y0 >= 0 and drawn.x1 <= 6.4 and drawn.y1 <= 4.2, drawn

@@ -13,7 +13,7 @@ from storage import Workspace
 from .conftest import TOY_DOMAINS, TOY_FACTS
 
 
-def _fill_workspace(root: Path) -> None:
+def _fill_workspace(root: Path, negatives: bool = True) -> None:
     passages, questions = [], []
     for index, (question, answer, title, text) in enumerate(TOY_FACTS):
         passages.append(
@@ -24,7 +24,8 @@ def _fill_workspace(root: Path) -> None:
                 "passage_id": f"n{index}",
                 "article_id": 100 + index,
                 "title": "Filler",
-                "text": f"An unrelated passage number {index}.",
+                # without stored negatives, BM25 must find this one: it repeats the question, not the answer
+                "text": f"An unrelated passage number {index}." + ("" if negatives else f" It asks: {question}"),
                 "position": 0,
             }
         )
@@ -36,7 +37,7 @@ def _fill_workspace(root: Path) -> None:
                 "question": question,
                 "answers": [answer],
                 "positive_ids": [f"p{index}"],
-                "hard_negative_ids": [f"n{index}", "missing-passage"],
+                "hard_negative_ids": [f"n{index}", "missing-passage"] if negatives else [],
                 "domains": [TOY_DOMAINS[index]],
             }
         )
@@ -84,6 +85,14 @@ def test_train_registers_model_and_reruns_as_noop(cli, tiny_checkpoint, tmp_path
     ]
     first = cli(*args)
     assert "train taser-toy: done" in first.output
+    dev = len(TOY_FACTS) - 6
+    lines = [line.strip() for line in first.output.splitlines()]
+    assert [line.split(":")[0] for line in lines if line.startswith("dev R@")] == ["dev R@1", "dev R@5", "dev R@20",
+                                                                                 "dev R@100"]  # fmt: skip
+    assert (f"dev_pool: {2 * dev} passages: the positives and hard negatives of the {dev} questions of toy:dev "
+            "(not the full corpus") in first.output  # fmt: skip
+    assert "hard_negatives: 1.00 per question on average (asked: 1); 6 of 6 training questions" in first.output
+    assert "None" not in first.output
     ws = Workspace.resolve(root)
     rows = ws.sql("SELECT model_id, arch, parameters, path, base, trained_on, config FROM models").to_pylist()
     assert len(rows) == 1
@@ -115,6 +124,34 @@ def test_train_registers_model_and_reruns_as_noop(cli, tiny_checkpoint, tmp_path
     again = cli(*args)
     assert "no-op" in again.output
     assert ws.sql("SELECT count(*) AS n FROM models").to_pylist() == [{"n": 1}]
+
+
+def test_hard_negatives_asked_for_are_built_with_bm25_or_refused(cli, tiny_checkpoint, tmp_path):
+    """`--hard-negatives 1` (the default) on questions without any: BM25 negatives are built first,
+    as DPR does; with no BM25 index to build them from, the training is refused naming the commands."""
+    from flows.bm25 import build_bm25_task
+    from pipelines.retrieval.java import JavaMissingError, check_java
+    from storage.passages import require_passages
+
+    root = tmp_path / "ws"
+    _fill_workspace(root, negatives=False)
+    args = ["--workspace", str(root), "train", "--arch", "sde", "--base", tiny_checkpoint, "--train", "toy:train",
+            "--model-id", "sde-toy", "--max-steps", "1", "--batch-size", "3"]  # fmt: skip
+    refused = cli(*args, ok=False)
+    assert refused.exit_code == 1 and "no BM25 index to build them from: run `odqa bm25 index`" in refused.output
+    assert "odqa negatives bm25 --dataset toy --split train --count 1" in refused.output
+    assert "in-batch negatives only" in cli(*args, "--hard-negatives", "0", "--model-id", "plain").output
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"BM25 negatives need a JDK: {error}")
+    ws = Workspace.resolve(root)
+    build_bm25_task.fn(str(root), require_passages(ws), 1)
+    trained = cli(*args).output
+    assert "no question has hard negatives and 1 per question were asked for; building BM25 negatives" in trained
+    assert "hard_negatives: 1.00 per question on average (asked: 1); 6 of 6 training questions" in trained
+    stored = ws.sql("SELECT hard_negative_ids FROM questions WHERE split = 'train' AND question_id <> 'toy-x'")
+    assert all(len(ids) == 1 for ids in stored.column("hard_negative_ids").to_pylist())
 
 
 def test_desire_me_on_a_registered_model_uses_question_domains(cli, tiny_checkpoint, tmp_path):

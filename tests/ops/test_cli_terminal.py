@@ -61,14 +61,26 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def test_report_is_a_small_aligned_table() -> None:
     from flows.cli.report import report_table
 
+    config = {"model": "m" * 120, "k1": 0.9}
     table = report_table({"passages": 3, "questions_with_positive": 12, "devices": ["cpu"], "noop": False,
-                          "long": "x" * 300})  # fmt: skip
+                          "config": config, "trec": None, "dev": {"R@100": 1.0, "R@20": 0.9, "R@5": 0.8, "R@1": 0.5}})  # fmt: skip
     lines = table.splitlines()
     assert lines[0] == "               passages: 3"
     assert lines[1] == "questions_with_positive: 12"
     assert lines[2] == '                devices: ["cpu"]'
-    assert lines[3].endswith("…") and len(lines[3]) == len("questions_with_positive: ") + 100
-    assert len(lines) == 4  # noop is the title's business
+    assert lines[3] == f'                 config: {{"k1": 0.9, "model": "{"m" * 120}"}}'  # whole, never cut
+    assert lines[4] == '                    dev: {"R@1": 0.5, "R@5": 0.8, "R@20": 0.9, "R@100": 1.0}'  # by K
+    assert len(lines) == 5  # noop is the title's business; a None field does not apply: left out
+
+
+def test_metrics_read_back_in_the_order_of_their_cutoffs(workspace) -> None:
+    from storage.metrics import metric_order, metric_rows, run_metrics
+
+    names = ["R@100", "MRR", "R@5", "nDCG@10", "R@20", "R@1", "nDCG@3"]
+    assert sorted(names, key=metric_order) == ["MRR", "R@1", "R@5", "R@20", "R@100", "nDCG@3", "nDCG@10"]
+    with workspace.transaction("metrics-order") as tx:
+        tx.write("metrics", metric_rows("r", [(name, 0.5, "") for name in names], dataset="d", split="s"), source="r")
+    assert run_metrics(workspace, "r").column("metric").to_pylist() == sorted(names, key=metric_order)
 
 
 def test_prefect_records_go_to_the_log_file_and_the_server_not_the_terminal(prefect_harness, tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_index_health_and_docs(service: ServiceThread, served_workspace: Path) -
     info = requests.get(f"{service.url}/index", timeout=10).json()
     assert info["version"] == release.release and info["passages_snapshot"] == release.passages_version
     assert info["index_type"] == "flat" and info["built_at"] == release.created_at and info["passages"] == 150
-    assert info["retrievers"] == ["bm25", "dense", "hybrid"]
+    assert info["retrievers"] == ["bm25", "dense"] and info["hybrid_alpha"] is None  # hybrid: only once tuned
     health = requests.get(f"{service.url}/health", timeout=10).json()
     assert health["status"] == "ok" and health["version"] == release.release and health["last_error"] is None
     docs = requests.get(f"{service.url}/docs", timeout=10)
@@ -91,7 +91,7 @@ BAD = [
     ({"question": "x", "k": -3}, 422, "k must be between 1 and 10,000"),
     ({"question": "x", "k": 10_001}, 422, "k must be between 1 and 10,000"),
     ({"question": "x", "retriever": "splade"}, 400, "unknown retriever 'splade'"),
-    ({"question": "x", "retriever": "hybrid"}, 400, "hybrid needs `alpha`: no tuned alpha"),
+    ({"question": "x", "retriever": "hybrid"}, 400, "has no tuned alpha for this model (odqa tune-hybrid"),
     ({"question": "x", "model": "bert-base-uncased"}, 404, "is not served here"),
     ({"question": "x", "model": "../../etc/passwd"}, 400, "paths are not accepted"),
     ({"question": "x", "model": "/root/model"}, 400, "paths are not accepted"),
