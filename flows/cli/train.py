@@ -117,6 +117,9 @@ ARCH_CHOICES = [
 @click.option("--mask-duplicates", is_flag=True,
               help="Another copy of a question's positive passage in the batch (two questions on one paragraph, "
                    "a hard negative that is another question's positive) is not counted as its negative.")  # fmt: skip
+@click.option("--layer-decay", type=click.FloatRange(min=0, max=1, min_open=True), default=None, metavar="D",
+              help="Layer-wise learning-rate decay: block i of L trains at lr*D^(L+1-i), the embeddings at "
+                   "lr*D^(L+2) (TASER's reference code uses 0.8; its paper does not; docs/reproducing-papers.md).")  # fmt: skip
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
               help="Keep a copy of the model every STEPS steps, with the wall/CPU time spent (quality curves).")  # fmt: skip
 @click.option("--snapshot-dir", type=click.Path(file_okay=False), default=None,
@@ -170,6 +173,7 @@ def train(
     bucket_tokens: int | None,
     grad_cache: bool,
     mask_duplicates: bool,
+    layer_decay: float | None,
     snapshot_every: int | None,
     snapshot_dir: str | None,
     resume: bool | None,
@@ -223,6 +227,7 @@ def train(
         bucket_tokens=bucket_tokens,
         grad_cache=grad_cache,
         mask_duplicates=mask_duplicates,
+        layer_decay=layer_decay,
         snapshot_every=snapshot_every,
         snapshot_dir=snapshot_dir,
     )
