@@ -140,6 +140,7 @@ def train_flow(
     grad_cache: bool = False,
     mask_duplicates: bool = False,
     layer_decay: float | None = None,
+    loss_weights: list[float] | None = None,
     snapshot_every: int | None = None,
     snapshot_dir: str | None = None,
 ) -> TrainReport:
@@ -191,6 +192,8 @@ def train_flow(
             as its negative.
         layer_decay: Layer-wise learning-rate decay D (TASER's reference configs: 0.8): block i of L
             trains at lr*D^(L+1-i), the embeddings at lr*D^(L+2); empty: none (as the papers).
+        loss_weights: Weights of the similarity loss and of the model's auxiliary loss (DESIRE-ME's
+            gate BCE, TASER's entropy term); empty: 1 and 1. DESIRE-ME's reference code: 0.5, 0.5.
         snapshot_every: Keep a copy of the model every this many steps, with the wall and CPU time
             spent to reach it (quality-vs-cost curves); empty: none.
         snapshot_dir: Where snapshots go; empty: inside the training folder, removed once the
@@ -223,6 +226,7 @@ def train_flow(
         **({"grad_cache": True} if grad_cache else {}),
         **({"mask_duplicates": True} if mask_duplicates else {}),
         **({"layer_decay": layer_decay} if layer_decay is not None else {}),
+        **({"loss_weights": loss_weights} if loss_weights else {}),
     }  # fmt: skip
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
@@ -259,6 +263,7 @@ def train_flow(
         "eval_every": eval_every, "objective": objective, "temperature": temperature, "warmup_steps": warmup_steps,
         "amp": amp, "checkpoint_minutes": checkpoint_minutes, "threads": threads, "bucket_tokens": bucket_tokens,
         "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every, "layer_decay": layer_decay,
+        "loss_weights": loss_weights,
         "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
     }  # fmt: skip
     job = TrainingJob(arch=arch, base=base_path, training=training, train_sets=train_sets, dev_path=dev_path,

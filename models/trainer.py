@@ -25,7 +25,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -90,6 +90,7 @@ class TrainingConfig:
     snapshot_every: int | None = None  # steps between model snapshots (for quality-vs-cost curves)
     snapshot_dir: str | None = None  # default: <output_dir>/snapshots
     layer_decay: float | None = None  # layer-wise lr decay (TASER's reference configs: 0.8); None: off
+    loss_weights: list[float] | None = None  # [similarity, auxiliary] (DESIRE-ME's code: 0.5, 0.5); None: 1, 1
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -116,6 +117,10 @@ class TrainingConfig:
                 raise ValueError(f"{name} must be >= 1 (or None), got {value}")
         if self.layer_decay is not None and not 0 < self.layer_decay <= 1:
             raise ValueError(f"layer_decay must be in (0, 1] (or None), got {self.layer_decay}")
+        if self.loss_weights is not None and (len(self.loss_weights) != 2 or min(self.loss_weights) < 0):
+            raise ValueError(f"loss_weights must be two weights >= 0 (similarity, auxiliary), got {self.loss_weights}")
+        if self.loss_weights is not None and self.grad_cache:
+            raise ValueError("loss_weights weigh an auxiliary loss, which grad_cache training does not support")
         if self.grad_cache and not self.bucket_tokens:
             raise ValueError("grad_cache re-encodes the batch bucket by bucket: give bucket_tokens too")
 
@@ -133,13 +138,15 @@ class TrainingConfig:
             "grad_cache",
             "mask_duplicates",
             "layer_decay",
+            "loss_weights",
         )
         return {k: getattr(self, k) for k in keys}
 
 
 # Signature entries added after checkpoints were first written, with the behaviour of the code
 # that wrote those older checkpoints (so they still resume when nothing really changed).
-LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False, "mask_duplicates": False, "layer_decay": None}
+LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False, "mask_duplicates": False, "layer_decay": None,
+                    "loss_weights": None}
 
 
 @dataclass
@@ -306,12 +313,15 @@ def forward_backward(
     accumulation_steps: int = 1,
     sync: bool = True,
     mask_duplicates: bool = False,
+    loss_weights: Sequence[float] = (1.0, 1.0),
 ) -> tuple[float, dict[str, float]]:
     """Forward, contrastive loss over the (global) in-batch and hard negatives, backward.
 
     Gradients accumulate into `.grad`; with `sync=False` under DDP they stay local (no_sync),
     for all micro-batches but the last of an accumulated optimizer step. `mask_duplicates`:
-    other copies of a question's positive passage in the (global) batch are not its negatives."""
+    other copies of a question's positive passage in the (global) batch are not its negatives.
+    `loss_weights` multiply the similarity loss and the model's auxiliary loss (DESIRE-ME's
+    reference code trains on 0.5 * CE + 0.5 * BCE; its paper and odqa on their sum)."""
     no_sync = wrapped.no_sync() if (context.enabled and not sync) else contextlib.nullcontext()
     with no_sync:
         with torch.autocast(context.device.type, dtype=amp or torch.float32, enabled=amp is not None):
@@ -323,13 +333,14 @@ def forward_backward(
         if mask_duplicates:
             keys, _ = gather_with_local_grad(batch.passage_keys, context)
             exclude = duplicate_positive_mask(keys, targets)
-        similarity_loss = loss_function(questions, passages, targets, temperature, exclude)
+        similarity_loss = loss_function(questions, passages, targets, temperature, exclude) * loss_weights[0]
         # Each rank back-propagates into its own shard only; DDP averages, so scale back up.
         loss = similarity_loss * context.world_size
         total = similarity_loss.detach()
         if output.aux_loss is not None:
-            loss = loss + output.aux_loss
-            total = total + output.aux_loss.detach()
+            aux = output.aux_loss * loss_weights[1]
+            loss = loss + aux
+            total = total + aux.detach()
         scaler.scale(loss / accumulation_steps).backward()
     return float(total), output.stats
 
@@ -536,6 +547,7 @@ class Trainer:
             self.config.accumulation_steps,
             sync,
             config.mask_duplicates,
+            config.loss_weights or (1.0, 1.0),
         )
 
     # --- evaluation and checkpoints ------------------------------------------------------------

@@ -120,6 +120,9 @@ ARCH_CHOICES = [
 @click.option("--layer-decay", type=click.FloatRange(min=0, max=1, min_open=True), default=None, metavar="D",
               help="Layer-wise learning-rate decay: block i of L trains at lr*D^(L+1-i), the embeddings at "
                    "lr*D^(L+2) (TASER's reference code uses 0.8; its paper does not; docs/reproducing-papers.md).")  # fmt: skip
+@click.option("--loss-weights", type=(float, float), default=None, metavar="SIM AUX",
+              help="Weights of the similarity loss and the model's auxiliary loss (DESIRE-ME's gate BCE, TASER's "
+                   "entropy term); default 1 1. DESIRE-ME's reference code: 0.5 0.5.")  # fmt: skip
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
               help="Keep a copy of the model every STEPS steps, with the wall/CPU time spent (quality curves).")  # fmt: skip
 @click.option("--snapshot-dir", type=click.Path(file_okay=False), default=None,
@@ -174,6 +177,7 @@ def train(
     grad_cache: bool,
     mask_duplicates: bool,
     layer_decay: float | None,
+    loss_weights: tuple[float, float] | None,
     snapshot_every: int | None,
     snapshot_dir: str | None,
     resume: bool | None,
@@ -228,6 +232,7 @@ def train(
         grad_cache=grad_cache,
         mask_duplicates=mask_duplicates,
         layer_decay=layer_decay,
+        loss_weights=list(loss_weights) if loss_weights else None,
         snapshot_every=snapshot_every,
         snapshot_dir=snapshot_dir,
     )
