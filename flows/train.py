@@ -122,6 +122,7 @@ def train_flow(
     hard_negatives: int = 1,
     routing: str = "det",
     pooling: str | None = None,
+    passage_input: str = "pair",
     seed: int = 0,
     resume: bool | None = None,
     workspace: str | None = None,
@@ -164,6 +165,8 @@ def train_flow(
         hard_negatives: Hard negative passages per question.
         routing: TASER expert routing: det (deterministic), seq (per sequence) or tok (per token).
         pooling: cls or mean; empty: the checkpoint's sentence-transformers setting, else cls.
+        passage_input: pair (title, text), as DPR; or joined-lowercase, one lowercased "title text"
+            string, as DESIRE-ME's reference code.
         seed: Random seed of sampling and initialisation.
         resume: None (the default): continue from a checkpoint written for the same parameters
             and data (after a kill, or when Prefect retries the run), else start over and say
@@ -227,6 +230,7 @@ def train_flow(
         **({"mask_duplicates": True} if mask_duplicates else {}),
         **({"layer_decay": layer_decay} if layer_decay is not None else {}),
         **({"loss_weights": loss_weights} if loss_weights else {}),
+        **({"passage_input": passage_input} if passage_input != "pair" else {}),
     }  # fmt: skip
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
@@ -249,14 +253,14 @@ def train_flow(
         dev_path = str(training_examples_file(ws, model_id, "dev", dev_spec.dataset, dev_spec.split))
         loaded[dev_spec.name] = asdict(load_examples_task(str(ws.root), dev_spec.dataset, dev_spec.split, dev_path))
 
-    model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze}
+    model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze, "passage_input": passage_input}
     if arch in ("taser", "taser-shared"):
         model_options.update(routing=routing, num_experts=num_experts)
     if arch in DESIRE_ME_ARCHS:
         domains = sorted({d for s in train_sets for e in read_examples(Path(s.path)) for d in e.domains})
         if not domains:
             raise ValueError(f"{arch} needs domain labels on the training questions; run `odqa label domains` first")
-        model_options = {"pooling": pooling, "domains": domains}
+        model_options = {"pooling": pooling, "domains": domains, "passage_input": passage_input}
     training = {
         "output_dir": str(work), "batch_size": batch_size, "hard_negatives": hard_negatives, "learning_rate": lr,
         "max_steps": max_steps, "epochs": epochs, "accumulation_steps": accumulation_steps, "seed": seed,

@@ -169,6 +169,15 @@ def _hf_folders(root: Path) -> dict[str, str]:
     return found
 
 
+def _passage_advice(passage_input: str, max_length: int) -> str:
+    if passage_input == "joined-lowercase":
+        return (f"pass each passage as **one lowercased string** `f\"{{title}} {{text}}\".lower()`, as this "
+                f"model was trained (DESIRE-ME's reference input), truncated to {max_length} tokens.")
+    return ("pass each passage as a **(title, text) pair**. odqa tokenizes a passage as the\n  tokenizer pair "
+            "`[CLS] title [SEP] text [SEP]` (second segment type ids for the text), truncated\n  longest-first to "
+            f"{max_length} tokens. A joined string such as `\"title text\"` gives different vectors.")
+
+
 def model_card(retriever: Retriever, model_name: str, layout: str, hf_folders: dict[str, str]) -> str:
     """The README.md of an exported folder: how to call it so the vectors are odqa's."""
     config = retriever.config
@@ -197,10 +206,7 @@ scores = model.similarity(q, p)
 ## Giving odqa's vectors
 
 - Layout: {routes}.
-- Passages: pass each passage as a **(title, text) pair**. odqa tokenizes a passage as the
-  tokenizer pair `[CLS] title [SEP] text [SEP]` (second segment type ids for the text), truncated
-  longest-first to {config.passage_max_length} tokens. A joined string such as `"title text"`
-  gives different vectors.
+- Passages: {_passage_advice(config.passage_input, config.passage_max_length)}
 - Questions: `encode_query(text)`, truncated to {config.question_max_length} tokens.
 - Pooling: `{config.pooling}`{"; a shared linear projection to " + str(config.projection_dim) if config.projection_dim else ""};
   vectors are {norm}; similarity `{config.similarity}`.

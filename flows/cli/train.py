@@ -72,6 +72,9 @@ ARCH_CHOICES = [
     default=None,
     help="Override the checkpoint's pooling (default: its sentence-transformers setting, else cls).",
 )
+@click.option("--passage-input", type=click.Choice(["pair", "joined-lowercase"]), default="pair", show_default=True,
+              help="Passages as the tokenizer pair (title, text), or one lowercased 'title text' string "
+                   "(DESIRE-ME's reference code).")  # fmt: skip
 @click.option(
     "--objective",
     type=click.Choice(["contrastive", "stopgrad", "flipped"]),
@@ -163,6 +166,7 @@ def train(
     routing: str,
     num_experts: int | None,
     pooling: str | None,
+    passage_input: str,
     objective: str,
     freeze: str | None,
     temperature: float | None,
@@ -214,6 +218,7 @@ def train(
         hard_negatives=hard_negatives,
         routing=routing,
         pooling=pooling,
+        passage_input=passage_input,
         seed=seed,
         resume=resume,
         workspace=workspace_arg(ctx),
