@@ -31,3 +31,16 @@ def export_model(ctx: click.Context, model: str, fmt: str, out: str) -> None:
     from flows.export import export_model_flow
 
     echo_report("export model", export_model_flow(model=model, out=out, fmt=fmt, workspace=workspace_arg(ctx)))
+
+
+@export_group.command("beir")
+@click.argument("dataset")
+@click.argument("split")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write into.")
+@click.pass_context
+def export_beir(ctx: click.Context, dataset: str, split: str, out: str) -> None:
+    """Write the passages and DATASET/SPLIT's questions and judgments (positive passages) in BEIR's
+    layout: OUT/corpus.jsonl, OUT/queries.jsonl, OUT/qrels/SPLIT.tsv."""
+    from flows.export import export_beir_flow
+
+    echo_report("export beir", export_beir_flow(dataset=dataset, split=split, out=out, workspace=workspace_arg(ctx)))
