@@ -109,7 +109,7 @@ def export_sentence_transformers(retriever: Retriever, out: Path, model_name: st
     except ImportError as error:
         raise ImportError(
             "exporting to sentence-transformers needs the sentence-transformers package "
-            "(pip install 'odqa[bench]')"
+            "(pip install 'odqa[export]')"
         ) from error
     encoders = side_encoders(retriever)
     config = retriever.config
