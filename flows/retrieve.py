@@ -24,6 +24,7 @@ from flows.task_runners import RunnerSettings
 from models.workspace_search import bm25_searcher
 from pipelines.dense.hybrid import DEFAULT_DEPTH
 from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
+from pipelines.retrieval.run_cards import write_run_card
 from pipelines.retrieval.trec import write_trec_run
 from pipelines.search.searcher import search_run
 from storage import Workspace
@@ -57,10 +58,15 @@ class RetrieveReport(Report):
 
 
 def write_trec(ws: Workspace, run: str, out: str) -> tuple[str, int]:
-    """The run as a TREC file at `out`: (its path, rows written)."""
+    """The run as a TREC file at `out`, with its ranxhub-style run card at `out.yaml` (from the
+    run's ledger record, when it has one): (the TREC path, rows written)."""
     target = Path(out).expanduser().resolve()
     rows = read_run(ws, run).sort_by([("question_id", "ascending"), ("rank", "ascending")])
-    return str(target), write_trec_run(rows.to_batches(), target, tag=run)
+    written = write_trec_run(rows.to_batches(), target, tag=run)
+    record = ws.stage_record(run_record_stage(run))
+    if record is not None:
+        write_run_card(record.report, str(target))
+    return str(target), written
 
 
 @task(name="bm25-search-batch", tags=["cpu-parallel"], cache_policy=NO_CACHE)

@@ -240,6 +240,7 @@ def train_flow(
     hard_negatives: int = 1,
     routing: str = "det",
     pooling: str | None = None,
+    passage_input: str = "pair",
     seed: int = 0,
     resume: bool | None = None,
     workspace: str | None = None,
@@ -257,6 +258,8 @@ def train_flow(
     bucket_tokens: int | None = None,
     grad_cache: bool = False,
     mask_duplicates: bool = False,
+    layer_decay: float | None = None,
+    loss_weights: list[float] | None = None,
     snapshot_every: int | None = None,
     snapshot_dir: str | None = None,
     nodes: int = 1,
@@ -283,6 +286,8 @@ def train_flow(
         hard_negatives: Hard negative passages per question.
         routing: TASER expert routing: det (deterministic), seq (per sequence) or tok (per token).
         pooling: cls or mean; empty: the checkpoint's sentence-transformers setting, else cls.
+        passage_input: pair (title, text), as DPR; or joined-lowercase, one lowercased "title text"
+            string, as DESIRE-ME's reference code.
         seed: Random seed of sampling and initialisation.
         resume: None (the default): continue from a checkpoint written for the same parameters
             and data (after a kill, or when Prefect retries the run), else start over and say
@@ -309,6 +314,10 @@ def train_flow(
             whatever the batch size; needs bucket_tokens.
         mask_duplicates: Another copy of a question's positive passage in the batch is not counted
             as its negative.
+        layer_decay: Layer-wise learning-rate decay D (TASER's reference configs: 0.8): block i of L
+            trains at lr*D^(L+1-i), the embeddings at lr*D^(L+2); empty: none (as the papers).
+        loss_weights: Weights of the similarity loss and of the model's auxiliary loss (DESIRE-ME's
+            gate BCE, TASER's entropy term); empty: 1 and 1. DESIRE-ME's reference code: 0.5, 0.5.
         snapshot_every: Keep a copy of the model every this many steps, with the wall and CPU time
             spent to reach it (quality-vs-cost curves); empty: none.
         snapshot_dir: Where snapshots go; empty: inside the training folder, removed once the
@@ -349,6 +358,9 @@ def train_flow(
         **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
         **({"grad_cache": True} if grad_cache else {}),
         **({"mask_duplicates": True} if mask_duplicates else {}),
+        **({"layer_decay": layer_decay} if layer_decay is not None else {}),
+        **({"loss_weights": loss_weights} if loss_weights else {}),
+        **({"passage_input": passage_input} if passage_input != "pair" else {}),
     }  # fmt: skip
     if hard_negatives > 0:
         for spec in specs:
@@ -379,20 +391,21 @@ def train_flow(
         dev_path = str(training_examples_file(ws, model_id, "dev", dev_spec.dataset, dev_spec.split))
         loaded[dev_spec.name] = asdict(load_examples_task(str(ws.root), dev_spec.dataset, dev_spec.split, dev_path))
 
-    model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze}
+    model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze, "passage_input": passage_input}
     if arch in ("taser", "taser-shared"):
         model_options.update(routing=routing, num_experts=num_experts)
     if arch in DESIRE_ME_ARCHS:
         domains = sorted({d for s in train_sets for e in read_examples(Path(s.path)) for d in e.domains})
         if not domains:
             raise ValueError(f"{arch} needs domain labels on the training questions; run `odqa label domains` first")
-        model_options = {"pooling": pooling, "domains": domains}
+        model_options = {"pooling": pooling, "domains": domains, "passage_input": passage_input}
     training = {
         "output_dir": str(work), "batch_size": batch_size, "hard_negatives": hard_negatives, "learning_rate": lr,
         "max_steps": max_steps, "epochs": epochs, "accumulation_steps": accumulation_steps, "seed": seed,
         "eval_every": eval_every, "objective": objective, "temperature": temperature, "warmup_steps": warmup_steps,
         "amp": amp, "checkpoint_minutes": checkpoint_minutes, "threads": threads, "bucket_tokens": bucket_tokens,
-        "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every,
+        "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every, "layer_decay": layer_decay,
+        "loss_weights": loss_weights,
         "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
     }  # fmt: skip
     job = TrainingJob(arch=arch, base=base_path, training=training, train_sets=train_sets, dev_path=dev_path,

@@ -102,13 +102,20 @@ class Retriever(nn.Module):
             return dict(self.tokenizer(list(texts), padding=True, truncation=True,
                                        max_length=self.config.question_max_length, return_tensors="pt"))
 
-    def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> Inputs:
+    def passage_arguments(self, titles: Sequence[str], texts: Sequence[str]) -> tuple[list[str], ...]:
+        """The tokenizer's text arguments for passages: the pair (titles, texts), or with
+        `passage_input="joined-lowercase"` (DESIRE-ME's reference code) one string "title text"."""
         if len(titles) != len(texts):
             raise ValueError(f"got {len(titles)} titles for {len(texts)} passage texts")
+        if self.config.passage_input == "joined-lowercase":
+            return ([f"{t or ''} {x}".strip().lower() for t, x in zip(titles, texts, strict=True)],)
+        return [t or "" for t in titles], list(texts)
+
+    def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> Inputs:
+        arguments = self.passage_arguments(titles, texts)
         with _TOKENIZER_LOCK:
-            return dict(self.tokenizer([t or "" for t in titles], list(texts), padding=True,
-                                       truncation="longest_first", max_length=self.config.passage_max_length,
-                                       return_tensors="pt"))
+            return dict(self.tokenizer(*arguments, padding=True, truncation="longest_first",
+                                       max_length=self.config.passage_max_length, return_tensors="pt"))
 
     def question_token_rows(self, texts: Sequence[str]) -> dict[str, list[list[int]]]:
         """What `tokenize_questions` pads: token ids (and masks) per question, unpadded."""
@@ -116,16 +123,8 @@ class Retriever(nn.Module):
 
     def passage_token_rows(self, titles: Sequence[str], texts: Sequence[str]) -> dict[str, list[list[int]]]:
         """What `tokenize_passages` pads: token ids (and masks) per passage, unpadded."""
-        if len(titles) != len(texts):
-            raise ValueError(f"got {len(titles)} titles for {len(texts)} passage texts")
-        return dict(
-            self.tokenizer(
-                [t or "" for t in titles],
-                list(texts),
-                truncation="longest_first",
-                max_length=self.config.passage_max_length,
-            )
-        )
+        arguments = self.passage_arguments(titles, texts)
+        return dict(self.tokenizer(*arguments, truncation="longest_first", max_length=self.config.passage_max_length))
 
     @property
     def device(self) -> torch.device:

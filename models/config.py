@@ -27,6 +27,9 @@ POOLINGS = ("cls", "mean")
 SIMILARITIES = ("dot", "cosine")
 ROUTINGS = ("det", "seq", "tok")
 FREEZE_SIDES = ("question", "passage")
+# How a passage reaches the tokenizer: the pair (title, text), as DPR; or one lowercased string
+# "title text", as DESIRE-ME's reference code builds its passage embeddings.
+PASSAGE_INPUTS = ("pair", "joined-lowercase")
 
 
 @dataclass
@@ -92,6 +95,7 @@ class RetrieverConfig:
     taser: TaserConfig | None = None
     desire_me: DesireMeConfig | None = None
     base_retriever: RetrieverConfig | None = None  # DESIRE-ME: the config of the wrapped model
+    passage_input: str = "pair"  # one of PASSAGE_INPUTS
 
     def validate(self) -> None:
         if self.arch not in ARCHS:
@@ -100,6 +104,8 @@ class RetrieverConfig:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+        if self.passage_input not in PASSAGE_INPUTS:
+            raise ValueError(f"passage_input must be one of {PASSAGE_INPUTS}, got {self.passage_input!r}")
         if self.freeze is not None:
             if self.freeze not in FREEZE_SIDES:
                 raise ValueError(f"freeze must be one of {FREEZE_SIDES} or None, got {self.freeze!r}")
@@ -118,7 +124,11 @@ class RetrieverConfig:
             self.base_retriever.validate()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, **dataclasses.asdict(self)}
+        fields = dataclasses.asdict(self)
+        # Written only when not the default, so the configs (and fingerprints) of models saved
+        # before the option existed stay the same.
+        _drop_default_passage_input(fields)
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, **fields}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -158,6 +168,13 @@ class RetrieverConfig:
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from error
         return cls.from_dict(data, source=str(path))
+
+
+def _drop_default_passage_input(fields: dict[str, Any]) -> None:
+    if fields.get("passage_input") == "pair":
+        del fields["passage_input"]
+    if fields.get("base_retriever"):
+        _drop_default_passage_input(fields["base_retriever"])
 
 
 def is_retriever_config(path: Path) -> bool:

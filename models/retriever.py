@@ -81,6 +81,7 @@ def create_retriever(
     projection_dim: int | None = None,
     question_max_length: int = 64,
     passage_max_length: int = 256,
+    passage_input: str = "pair",
 ) -> Retriever:
     """A new, untrained retriever of `arch` initialised from the pretrained checkpoint `base`.
 
@@ -106,6 +107,7 @@ def create_retriever(
                 freeze_base=freeze_base,
             ),
             base_retriever=inner.config,
+            passage_input=passage_input,
         )
         return DesireMeRetriever(config, inner)
     pooling, similarity = _base_defaults(base, pooling, similarity)
@@ -130,6 +132,7 @@ def create_retriever(
         projection_dim=projection_dim,
         backbone=encoder_config_dict(encoder),
         taser=taser,
+        passage_input=passage_input,
     )
     return build_retriever(config, load_tokenizer(base), encoder)
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,6 +89,8 @@ class TrainingConfig:
     mask_duplicates: bool = False  # another copy of a question's positive in the batch is no negative
     snapshot_every: int | None = None  # steps between model snapshots (for quality-vs-cost curves)
     snapshot_dir: str | None = None  # default: <output_dir>/snapshots
+    layer_decay: float | None = None  # layer-wise lr decay (TASER's reference configs: 0.8); None: off
+    loss_weights: list[float] | None = None  # [similarity, auxiliary] (DESIRE-ME's code: 0.5, 0.5); None: 1, 1
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -112,6 +115,12 @@ class TrainingConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 (or None), got {value}")
+        if self.layer_decay is not None and not 0 < self.layer_decay <= 1:
+            raise ValueError(f"layer_decay must be in (0, 1] (or None), got {self.layer_decay}")
+        if self.loss_weights is not None and (len(self.loss_weights) != 2 or min(self.loss_weights) < 0):
+            raise ValueError(f"loss_weights must be two weights >= 0 (similarity, auxiliary), got {self.loss_weights}")
+        if self.loss_weights is not None and self.grad_cache:
+            raise ValueError("loss_weights weigh an auxiliary loss, which grad_cache training does not support")
         if self.grad_cache and not self.bucket_tokens:
             raise ValueError("grad_cache re-encodes the batch bucket by bucket: give bucket_tokens too")
 
@@ -128,13 +137,16 @@ class TrainingConfig:
             "bucket_tokens",
             "grad_cache",
             "mask_duplicates",
+            "layer_decay",
+            "loss_weights",
         )
         return {k: getattr(self, k) for k in keys}
 
 
 # Signature entries added after checkpoints were first written, with the behaviour of the code
 # that wrote those older checkpoints (so they still resume when nothing really changed).
-LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False, "mask_duplicates": False}
+LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False, "mask_duplicates": False, "layer_decay": None,
+                    "loss_weights": None}
 
 
 @dataclass
@@ -168,26 +180,51 @@ class WarmupLinearSchedule:
         return max(0.0, (self.total - step) / max(1, self.total - self.warmup))
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Trainable parameters; biases and LayerNorm weights get no weight decay (BERT practice)."""
-    decay, no_decay = [], []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(
-            parameter
-        )
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return [g for g in groups if g["params"]]
+_LAYER = re.compile(r"(?:^|\.)layer\.(\d+)\.")
+
+
+def layer_lr_scale(name: str, layers: int, decay: float) -> float:
+    """Learning-rate factor of parameter `name` under layer-wise decay (TASER's reference configs).
+
+    Depth counts from the bottom as in microsoft/taser's `get_layer_lrs` (offset 2): token
+    embeddings 0, Transformer block i at i + 1, everything above the blocks (projections) at
+    layers + 2; the factor is decay ** (layers + 2 - depth), so the top block trains at
+    decay ** 2, the embeddings at decay ** (layers + 2) and a projection head at the full rate."""
+    match = _LAYER.search(name)
+    if match:
+        depth = int(match.group(1)) + 1
+    elif ".embeddings." in f".{name}":
+        depth = 0
+    else:
+        depth = layers + 2
+    return decay ** (layers + 2 - depth)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float, layer_decay: float | None = None) -> list[dict[str, Any]]:
+    """Trainable parameters; biases and LayerNorm weights get no weight decay (BERT practice).
+
+    With `layer_decay`, parameters are also grouped by their learning-rate factor (`lr_scale`,
+    see `layer_lr_scale`), which `optimizer_step` multiplies into the scheduled rate."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    layers = 1 + max((int(m.group(1)) for n, _ in named if (m := _LAYER.search(n))), default=-1)
+    groups: dict[tuple[bool, float], list[nn.Parameter]] = {}
+    for name, parameter in named:
+        decays = not (name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name)
+        scale = 1.0 if layer_decay is None else layer_lr_scale(name, layers, layer_decay)
+        groups.setdefault((decays, scale), []).append(parameter)
+    return [{"params": params, "weight_decay": weight_decay if decays else 0.0, "lr_scale": scale}
+            for (decays, scale), params in sorted(groups.items(), key=lambda item: (not item[0][0], -item[0][1]))]  # fmt: skip
 
 
 def make_optimizer(
-    model: nn.Module, learning_rate: float, weight_decay: float, device: torch.device
-) -> torch.optim.AdamW:
+    model: nn.Module, learning_rate: float, weight_decay: float, device: torch.device,
+    layer_decay: float | None = None,
+) -> torch.optim.AdamW:  # fmt: skip
     """AdamW over the trainable parameters; the fused kernel on CPU/CUDA (about 6x faster on CPU
     than the per-tensor loop for a MiniLM bi-encoder, same update rule)."""
     fused = device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=learning_rate, fused=fused or None)
+    groups = parameter_groups(model, weight_decay, layer_decay)
+    return torch.optim.AdamW(groups, lr=learning_rate, fused=fused or None)
 
 
 def seed_everything(seed: int) -> None:
@@ -276,12 +313,15 @@ def forward_backward(
     accumulation_steps: int = 1,
     sync: bool = True,
     mask_duplicates: bool = False,
+    loss_weights: Sequence[float] = (1.0, 1.0),
 ) -> tuple[float, dict[str, float]]:
     """Forward, contrastive loss over the (global) in-batch and hard negatives, backward.
 
     Gradients accumulate into `.grad`; with `sync=False` under DDP they stay local (no_sync),
     for all micro-batches but the last of an accumulated optimizer step. `mask_duplicates`:
-    other copies of a question's positive passage in the (global) batch are not its negatives."""
+    other copies of a question's positive passage in the (global) batch are not its negatives.
+    `loss_weights` multiply the similarity loss and the model's auxiliary loss (DESIRE-ME's
+    reference code trains on 0.5 * CE + 0.5 * BCE; its paper and odqa on their sum)."""
     no_sync = wrapped.no_sync() if (context.enabled and not sync) else contextlib.nullcontext()
     with no_sync:
         with torch.autocast(context.device.type, dtype=amp or torch.float32, enabled=amp is not None):
@@ -293,13 +333,14 @@ def forward_backward(
         if mask_duplicates:
             keys, _ = gather_with_local_grad(batch.passage_keys, context)
             exclude = duplicate_positive_mask(keys, targets)
-        similarity_loss = loss_function(questions, passages, targets, temperature, exclude)
+        similarity_loss = loss_function(questions, passages, targets, temperature, exclude) * loss_weights[0]
         # Each rank back-propagates into its own shard only; DDP averages, so scale back up.
         loss = similarity_loss * context.world_size
         total = similarity_loss.detach()
         if output.aux_loss is not None:
-            loss = loss + output.aux_loss
-            total = total + output.aux_loss.detach()
+            aux = output.aux_loss * loss_weights[1]
+            loss = loss + aux
+            total = total + aux.detach()
         scaler.scale(loss / accumulation_steps).backward()
     return float(total), output.stats
 
@@ -312,7 +353,7 @@ def optimizer_step(
 ) -> None:
     """Set the learning rate, unscale, clip the global norm of the optimizer's gradients, update."""
     for group in optimizer.param_groups:
-        group["lr"] = learning_rate
+        group["lr"] = learning_rate * group.get("lr_scale", 1.0)
     scaler.unscale_(optimizer)
     if max_grad_norm > 0:
         parameters = [p for group in optimizer.param_groups for p in group["params"]]
@@ -372,7 +413,8 @@ class Trainer:
         model = self.retriever.to(context.device)
         model.train()
         wrapped = wrap_for_training(model, context)
-        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, context.device)
+        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, context.device,
+                                   config.layer_decay)
         micro = config.batch_size * context.world_size
         per_step = micro * config.accumulation_steps
         steps_per_epoch = self.data.epoch_size // per_step
@@ -505,6 +547,7 @@ class Trainer:
             self.config.accumulation_steps,
             sync,
             config.mask_duplicates,
+            config.loss_weights or (1.0, 1.0),
         )
 
     # --- evaluation and checkpoints ------------------------------------------------------------

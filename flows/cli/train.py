@@ -72,6 +72,9 @@ ARCH_CHOICES = [
     default=None,
     help="Override the checkpoint's pooling (default: its sentence-transformers setting, else cls).",
 )
+@click.option("--passage-input", type=click.Choice(["pair", "joined-lowercase"]), default="pair", show_default=True,
+              help="Passages as the tokenizer pair (title, text), or one lowercased 'title text' string "
+                   "(DESIRE-ME's reference code).")  # fmt: skip
 @click.option(
     "--objective",
     type=click.Choice(["contrastive", "stopgrad", "flipped"]),
@@ -121,6 +124,12 @@ ARCH_CHOICES = [
 @click.option("--mask-duplicates", is_flag=True,
               help="Another copy of a question's positive passage in the batch (two questions on one paragraph, "
                    "a hard negative that is another question's positive) is not counted as its negative.")  # fmt: skip
+@click.option("--layer-decay", type=click.FloatRange(min=0, max=1, min_open=True), default=None, metavar="D",
+              help="Layer-wise learning-rate decay: block i of L trains at lr*D^(L+1-i), the embeddings at "
+                   "lr*D^(L+2) (TASER's reference code uses 0.8; its paper does not; docs/reproducing-papers.md).")  # fmt: skip
+@click.option("--loss-weights", type=(float, float), default=None, metavar="SIM AUX",
+              help="Weights of the similarity loss and the model's auxiliary loss (DESIRE-ME's gate BCE, TASER's "
+                   "entropy term); default 1 1. DESIRE-ME's reference code: 0.5 0.5.")  # fmt: skip
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
               help="Keep a copy of the model every STEPS steps, with the wall/CPU time spent (quality curves).")  # fmt: skip
 @click.option("--snapshot-dir", type=click.Path(file_okay=False), default=None,
@@ -161,6 +170,7 @@ def train(
     routing: str,
     num_experts: int | None,
     pooling: str | None,
+    passage_input: str,
     objective: str,
     freeze: str | None,
     temperature: float | None,
@@ -177,6 +187,8 @@ def train(
     bucket_tokens: int | None,
     grad_cache: bool,
     mask_duplicates: bool,
+    layer_decay: float | None,
+    loss_weights: tuple[float, float] | None,
     snapshot_every: int | None,
     snapshot_dir: str | None,
     resume: bool | None,
@@ -213,6 +225,7 @@ def train(
         hard_negatives=hard_negatives,
         routing=routing,
         pooling=pooling,
+        passage_input=passage_input,
         seed=seed,
         resume=resume,
         workspace=workspace_arg(ctx),
@@ -230,6 +243,8 @@ def train(
         bucket_tokens=bucket_tokens,
         grad_cache=grad_cache,
         mask_duplicates=mask_duplicates,
+        layer_decay=layer_decay,
+        loss_weights=list(loss_weights) if loss_weights else None,
         snapshot_every=snapshot_every,
         snapshot_dir=snapshot_dir,
         nodes=nodes,

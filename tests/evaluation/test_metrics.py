@@ -176,6 +176,7 @@ def test_ranx_metrics_equal_hand_computed_values() -> None:
     expected = {
         "MAP@100": {"q1": 5 / 6, "q2": 0.5, "q3": 0.0},
         "MRR@100": {"q1": 1.0, "q2": 0.5, "q3": 0.0},
+        "MRR@10": {"q1": 1.0, "q2": 0.5, "q3": 0.0},
         "Recall@100": {"q1": 1.0, "q2": 1.0, "q3": 0.0},
         "nDCG@10": {"q1": ndcg_q1, "q2": ndcg_q2, "q3": 0.0},
         "P@1": {"q1": 1.0, "q2": 0.0, "q3": 0.0},
@@ -187,6 +188,17 @@ def test_ranx_metrics_equal_hand_computed_values() -> None:
     overall = values_by_key(mean_scores(scores))
     assert overall[("MAP@100", "")] == pytest.approx((5 / 6 + 0.5) / 3)
     assert overall[("P@1", "")] == pytest.approx(1 / 3)
+
+
+def test_mrr_at_10_beside_mrr_at_100() -> None:
+    """DESIRE-ME's paper reports MRR@100, its code MRR@10: a first hit at rank 11 counts in one only."""
+    qrels = {"q1": {"d11": 1}, "q2": {"d3": 1}}
+    ids = [f"d{r}" for r in range(1, 13)]
+    run = pa.table({"question_id": ["q1"] * 12 + ["q2"] * 12, "passage_id": ids + ids,
+                    "rank": list(range(1, 13)) * 2, "score": [1.0 / r for r in range(1, 13)] * 2})  # fmt: skip
+    overall = values_by_key(mean_scores(qrels_scores(run, qrels)))
+    assert overall[("MRR@100", "")] == pytest.approx((1 / 11 + 1 / 3) / 2)
+    assert overall[("MRR@10", "")] == pytest.approx((0 + 1 / 3) / 2)
 
 
 def test_metric_names() -> None:
