@@ -22,12 +22,16 @@ REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?"]
 PASSAGES = [("Hamlet", "Hamlet is a tragedy by William Shakespeare."), ("Paris", "Paris is the capital of France.")]
 
-# Runs in a fresh interpreter from an empty folder: the repository (which the editable install puts
-# on sys.path) is removed first, and the script checks that odqa's packages cannot be imported.
+# Runs in a fresh interpreter from an empty folder: the editable install's way to odqa (the
+# repository on sys.path, or setuptools' import finder) is removed first, and the script checks
+# that odqa's packages cannot be imported.
 LOADER = """
 import json, os, sys
 repo = os.path.realpath(sys.argv[1])
 sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != repo]
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
+sys.path_importer_cache.clear()
 import importlib.util
 leaked = [n for n in ("flows", "models", "pipelines", "storage", "service", "odqa") if importlib.util.find_spec(n)]
 assert not leaked, f"odqa packages importable: {leaked}"
