@@ -22,8 +22,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import PrivateAttr, model_validator
 
-from odqa.search import Searcher
-from odqa.workspace import open_workspace
+from api.search import Searcher
+from api.workspace import open_workspace
 
 
 class OdqaRetriever(BaseRetriever):

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from odqa.search import Searcher, open_pipeline_searcher
+from api.search import Searcher, open_pipeline_searcher
 from pipelines.dense.hybrid import DEFAULT_DEPTH
 from storage.snapshot import load_snapshot
 from storage.table_files import known_tables
