@@ -65,7 +65,7 @@ def test_doc_returns_one_passage(service: ServiceThread) -> None:
     ("/v1/bm25/search", {"query": QUESTION, "hits": 0}, 400, "hits must be a whole number"),
     ("/v1/bm25/search", {"query": "x" * 2001}, 400, "the limit is 2,000"),
     ("/v1/hybrid/search", {"query": QUESTION, "alpha": "much"}, 400, "alpha must be a number"),
-    ("/v1/hybrid/search", {"query": QUESTION}, 400, "no tuned alpha is stored"),
+    ("/v1/hybrid/search", {"query": QUESTION}, 400, "has no tuned alpha for this model"),
     ("/v1/msmarco-passage/search", {"query": QUESTION}, 404, "no index 'msmarco-passage'"),
     ("/v1/msmarco-passage/doc/1", {}, 404, "available: bm25, dense"),
 ])  # fmt: skip
