@@ -200,6 +200,10 @@ class Transaction:
             rewritten += 1
         return rewritten
 
+    def staged_files(self, table: str) -> list[Path]:
+        """The parts of `table` staged so far, for checks that must see them before commit."""
+        return [self._part_path(table, part) for part in sorted(self._staged.get(table, {}))]
+
     def writer(self, table: str, source: str, prefix: str = "part", rows_per_part: int = ROWS_PER_PART) -> PartWriter:
         return PartWriter(self, table, source, prefix, rows_per_part)
 

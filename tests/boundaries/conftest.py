@@ -9,8 +9,8 @@ import pytest
 
 from storage import Workspace
 
-# Files that reads may legitimately rewrite: the shell catalog (refreshed when stale) and lock files.
-VOLATILE = ("catalog.duckdb", ".lock", "locks")
+# Files a refused command may still touch: the shell catalog (refreshed when stale), locks, its log.
+VOLATILE = ("catalog.duckdb", ".lock", "locks", "logs")
 
 
 def workspace_state(root: Path) -> dict[str, str]:
