@@ -29,6 +29,18 @@ class WriterBusy(RuntimeError):
     """Another live process writes the same thing; the message names it."""
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process of this host has this pid (build folders named by pid use it to find
+    the ones their dead builders left)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def holder_text(info: dict) -> str:
     """"pid 123 on host h (odqa train ...) since 12:00:01 UTC" from a lock file's record."""
     if not info:
@@ -47,7 +59,8 @@ def _read_holder(handle) -> dict:
 
 def this_command() -> str:
     """The running command line, shortened, as a lock names its holder."""
-    words = [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv and sys.argv[0] else ["python"]
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] not in ("", "-c") else "python"
+    words = [program, *sys.argv[1:]]
     text = " ".join(words)
     return text if len(text) <= 200 else text[:199] + "…"
 

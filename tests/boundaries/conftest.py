@@ -36,3 +36,11 @@ def filled(workspace: Workspace) -> Workspace:
         tx.write("passages", [{"passage_id": f"p{i}", "title": f"T{i}", "text": f"text {i}", "position": 0}
                               for i in (1, 2)], source="seed")
     return workspace
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The random 3-layer BERT of tests/models, so a training takes seconds."""
+    from tests.models.conftest import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-bert"), layers=3, dropout=0.0, seed=0)
