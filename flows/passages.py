@@ -35,10 +35,8 @@ class ImportPassagesReport(Report):
     """What an import did to the passages table: rows added, replaced (this source's old rows),
     kept (other sources' rows), skipped (duplicates under --on-duplicate keep-existing), total."""
 
-    format: str
-    path: str
     passages: int
-    source: str
+    source: str  # the format and the file's full path
     replaced: int = 0
     kept: int = 0
     skipped_duplicates: int = 0
@@ -102,7 +100,7 @@ def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint:
         files = ws.snapshot().files("passages")
         replaced = sum(e.rows for e in files if e.source == source)
         kept = sum(e.rows for e in files if e.source != source)
-        report = ImportPassagesReport(format=fmt, path=str(source_path), passages=rows, source=source,
+        report = ImportPassagesReport(passages=rows, source=source,
                                       replaced=replaced, kept=kept, skipped_duplicates=skipped,
                                       total=kept + rows)  # fmt: skip
         tx.report = report.ledger()
