@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +42,13 @@ class ImportPassagesReport(Report):
     kept: int = 0
     skipped_duplicates: int = 0
     total: int = 0
+
+    def as_figures(self) -> dict[str, Any]:
+        """The figures, without `skipped_duplicates` when no row was skipped (the usual case)."""
+        figures = super().as_figures()
+        if not self.skipped_duplicates:
+            figures.pop("skipped_duplicates", None)
+        return figures
 
 
 @dataclass
