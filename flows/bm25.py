@@ -18,8 +18,11 @@ from pipelines.retrieval.bm25 import StaleIndexError, build_bm25_index, open_bm2
 from pipelines.retrieval.java import ensure_java
 from storage import Workspace
 from storage.index_layout import IndexLayout
+from storage.locks import writer_lock
 from storage.passages import passage_records, require_passages
 from storage.reports import Report
+
+BUILD_WAIT_S = 6 * 3600.0  # how long a second build of the same index waits for the first
 
 
 @dataclass
@@ -62,12 +65,14 @@ def build_bm25(ws: Workspace, threads: int | None = None) -> Bm25IndexReport:
     """The BM25 index of the current passages, built unless it exists (not published)."""
     java_preflight_task()
     version = require_passages(ws)
-    report = current_bm25(ws, version)
-    if report is not None:
-        stage_logger().info("BM25 index at %s is current (passages %s): no-op", report.path, version)
-        report.noop = True
-        return report
-    report = build_bm25_task(str(ws.root), version, threads or os.cpu_count() or 1)
+    # A second build of the same index waits for the first (saying so), then finds it current.
+    with writer_lock(ws.root, f"index:bm25:{version}", f"the BM25 index of passages {version}", wait_s=BUILD_WAIT_S):
+        report = current_bm25(ws, version)
+        if report is not None:
+            stage_logger().info("BM25 index at %s is current (passages %s): no-op", report.path, version)
+            report.noop = True
+            return report
+        report = build_bm25_task(str(ws.root), version, threads or os.cpu_count() or 1)
     stage_logger().info("built BM25 index: %s", report)
     return report
 

@@ -335,7 +335,7 @@ def plan_stages(
         data = path / "corpus.jsonl" if path.is_dir() else path
         corpus.append(add(f"import-passages:{path.name}", "import-passages", [], files=[str(data)],
                           kwargs={"fmt": item.format, "path": str(path), **wsarg}, writes=["passages"],
-                          ledger=[f"import-passages:{item.format}:{path.name}"]))
+                          ledger=[f"import-passages:{item.format}:{path}"]))
     if not corpus:
         raise ValueError("no passages: give sources.dump or at least one sources.passages import")
     graph = list(corpus)

@@ -81,7 +81,9 @@ def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_form
         else:
             ingested["dump"] = ingest_wikipedia_flow(dump=dump, workspace=str(ws.root))  # its error message
     if passages:
-        ingested["passages"] = import_passages_flow(fmt=passages_format, path=passages, workspace=str(ws.root))
+        # Re-indexing from a corpus file means taking its new content: replacing its rows is the point.
+        ingested["passages"] = import_passages_flow(fmt=passages_format, path=passages, workspace=str(ws.root),
+                                                    replace=True)
     return ingested
 
 

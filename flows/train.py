@@ -50,6 +50,7 @@ from pipelines.questions.specs import DatasetSpec
 from storage import Workspace
 from storage.atomic import atomic_write_json
 from storage.fingerprint import fingerprint
+from storage.locks import writer_lock
 from storage.metrics import metric_order
 from storage.model_registry import (
     check_model_id,
@@ -368,81 +369,83 @@ def train_flow(
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
                            ws.table_version("passages"))  # fmt: skip
-    done = finished_report(ws, stage, stage_fp, TrainReport, "same data and parameters as the registered model")
-    if done is not None and model_is_registered(ws, model_id):
-        return done
-
-    work = training_dir(ws, model_id)
-    if launch.node_rank > 0:
-        return _join_training(work, stage_fp, launch, TrainReport(
+    if launch.node_rank > 0:  # node 0 holds the model's writer lock and registers the model
+        return _join_training(training_dir(ws, model_id), stage_fp, launch, TrainReport(
             model_id=model_id, arch=arch, parameters=0, path=str(model_dir(ws, model_id)), base=base, trained_on=""))
-    (work / LAUNCH_FILE).unlink(missing_ok=True)  # a joining node must not take an earlier run's job
-    resuming, message = resume_decision(work, model_id, stage_fp, params, resume)
-    if message:
-        tell("%s", message)  # the terminal too: a user must see that a run resumed, or why not
-    train_sets, loaded = [], {}
-    for spec in specs:
-        path = training_examples_file(ws, model_id, "train", spec.dataset, spec.split)
-        loaded[spec.name] = asdict(load_examples_task(str(ws.root), spec.dataset, spec.split, str(path),
-                                                      hard_negatives))  # fmt: skip
-        train_sets.append(TrainSet(name=spec.name, path=str(path), weight=spec.weight))
-    dev_path = None
-    if dev_spec:
-        dev_path = str(training_examples_file(ws, model_id, "dev", dev_spec.dataset, dev_spec.split))
-        loaded[dev_spec.name] = asdict(load_examples_task(str(ws.root), dev_spec.dataset, dev_spec.split, dev_path))
+    # One training per model id: a second `odqa train --model-id` of the same id is refused, naming
+    # this run, instead of training into (or deleting) the same folder.
+    with writer_lock(ws.root, f"model:{model_id}", f"the model {model_id!r}"):
+        done = finished_report(ws, stage, stage_fp, TrainReport, "same data and parameters as the registered model")
+        if done is not None and model_is_registered(ws, model_id):
+            return done
+        work = training_dir(ws, model_id)
+        (work / LAUNCH_FILE).unlink(missing_ok=True)  # a joining node must not take an earlier run's job
+        resuming, message = resume_decision(work, model_id, stage_fp, params, resume)
+        if message:
+            tell("%s", message)  # the terminal too: a user must see that a run resumed, or why not
+        train_sets, loaded = [], {}
+        for spec in specs:
+            path = training_examples_file(ws, model_id, "train", spec.dataset, spec.split)
+            loaded[spec.name] = asdict(load_examples_task(str(ws.root), spec.dataset, spec.split, str(path),
+                                                          hard_negatives))  # fmt: skip
+            train_sets.append(TrainSet(name=spec.name, path=str(path), weight=spec.weight))
+        dev_path = None
+        if dev_spec:
+            dev_path = str(training_examples_file(ws, model_id, "dev", dev_spec.dataset, dev_spec.split))
+            loaded[dev_spec.name] = asdict(load_examples_task(str(ws.root), dev_spec.dataset, dev_spec.split, dev_path))
 
-    model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze, "passage_input": passage_input}
-    if arch in ("taser", "taser-shared"):
-        model_options.update(routing=routing, num_experts=num_experts)
-    if arch in DESIRE_ME_ARCHS:
-        domains = sorted({d for s in train_sets for e in read_examples(Path(s.path)) for d in e.domains})
-        if not domains:
-            raise ValueError(f"{arch} needs domain labels on the training questions; run `odqa label domains` first")
-        model_options = {"pooling": pooling, "domains": domains, "passage_input": passage_input}
-    training = {
-        "output_dir": str(work), "batch_size": batch_size, "hard_negatives": hard_negatives, "learning_rate": lr,
-        "max_steps": max_steps, "epochs": epochs, "accumulation_steps": accumulation_steps, "seed": seed,
-        "eval_every": eval_every, "objective": objective, "temperature": temperature, "warmup_steps": warmup_steps,
-        "amp": amp, "checkpoint_minutes": checkpoint_minutes, "threads": threads, "bucket_tokens": bucket_tokens,
-        "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every, "layer_decay": layer_decay,
-        "loss_weights": loss_weights,
-        "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
-    }  # fmt: skip
-    job = TrainingJob(arch=arch, base=base_path, training=training, train_sets=train_sets, dev_path=dev_path,
-                      model_options=model_options, resume=resuming, result_path=str(work / "result.json"))  # fmt: skip
-    job_file = work / "job.json"
-    job.write(job_file)
-    if launch.nodes > 1:
-        atomic_write_json(work / LAUNCH_FILE, {"stage_fingerprint": stage_fp, **asdict(launch)})
-    with flow_run_logs():  # progress records from any thread of this process reach this run's logs
-        result = train_task(str(job_file), gpus, nodes, node_rank, rdzv_endpoint)
+        model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze, "passage_input": passage_input}
+        if arch in ("taser", "taser-shared"):
+            model_options.update(routing=routing, num_experts=num_experts)
+        if arch in DESIRE_ME_ARCHS:
+            domains = sorted({d for s in train_sets for e in read_examples(Path(s.path)) for d in e.domains})
+            if not domains:
+                raise ValueError(f"{arch} needs domain labels on the training questions; run `odqa label domains` first")
+            model_options = {"pooling": pooling, "domains": domains, "passage_input": passage_input}
+        training = {
+            "output_dir": str(work), "batch_size": batch_size, "hard_negatives": hard_negatives, "learning_rate": lr,
+            "max_steps": max_steps, "epochs": epochs, "accumulation_steps": accumulation_steps, "seed": seed,
+            "eval_every": eval_every, "objective": objective, "temperature": temperature, "warmup_steps": warmup_steps,
+            "amp": amp, "checkpoint_minutes": checkpoint_minutes, "threads": threads, "bucket_tokens": bucket_tokens,
+            "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every, "layer_decay": layer_decay,
+            "loss_weights": loss_weights,
+            "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
+        }  # fmt: skip
+        job = TrainingJob(arch=arch, base=base_path, training=training, train_sets=train_sets, dev_path=dev_path,
+                          model_options=model_options, resume=resuming, result_path=str(work / "result.json"))  # fmt: skip
+        job_file = work / "job.json"
+        job.write(job_file)
+        if launch.nodes > 1:
+            atomic_write_json(work / LAUNCH_FILE, {"stage_fingerprint": stage_fp, **asdict(launch)})
+        with flow_run_logs():  # progress records from any thread of this process reach this run's logs
+            result = train_task(str(job_file), gpus, nodes, node_rank, rdzv_endpoint)
 
-    trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
-    config = {
-        "retriever": result["retriever_config"], "training": training | {"gpus": gpus, "nodes": nodes},
-        "train_sets": [asdict(s) | {"path": None} for s in train_sets], "data": loaded,
-        "dev": {"dataset": dev, "best_step": result["best_step"], "metrics": result["best_metrics"],
-                "history": result["dev_history"]},
-        "steps": result["steps"], "final_loss": result["final_loss"],
-        "trainable_parameters": result["trainable_parameters"],
-        "elapsed_s": result.get("elapsed_s"),  # training loop wall time (all sessions)
-        "cpu_s": result.get("cpu_s"),  # training process CPU time, user + system (all sessions)
-    }  # fmt: skip
-    row = {"arch": arch, "parameters": result["parameters"], "base": base, "trained_on": trained_on,
-           "config": json.dumps(config, sort_keys=True, default=str)}  # fmt: skip
-    report = TrainReport(model_id=model_id, arch=arch, parameters=result["parameters"],
-                         path=str(model_dir(ws, model_id)), base=base, trained_on=trained_on, steps=result["steps"],
-                         final_loss=round(result["final_loss"], 4), dev_metrics=dict(result["best_metrics"]),
-                         dev_pool=dev_pool_text(dev_path, dev) if dev_path and dev else None,
-                         hard_negatives=hard_negatives_text(hard_negatives, [loaded[s.name] for s in specs]),
-                         resumed=message if resuming else None)  # fmt: skip
-    register_model(ws, model_id, Path(result["model_dir"]), row, stage=stage, stage_fingerprint=stage_fp,
-                   curve=result.get("log", []), leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip
-    shutil.rmtree(work, ignore_errors=True)
-    publish_training(model_id, dev, {"step": result["best_step"], "metrics": result["best_metrics"]},
-                     result.get("log", []), result["dev_history"])  # fmt: skip
-    log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
-    return report
+        trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
+        config = {
+            "retriever": result["retriever_config"], "training": training | {"gpus": gpus, "nodes": nodes},
+            "train_sets": [asdict(s) | {"path": None} for s in train_sets], "data": loaded,
+            "dev": {"dataset": dev, "best_step": result["best_step"], "metrics": result["best_metrics"],
+                    "history": result["dev_history"]},
+            "steps": result["steps"], "final_loss": result["final_loss"],
+            "trainable_parameters": result["trainable_parameters"],
+            "elapsed_s": result.get("elapsed_s"),  # training loop wall time (all sessions)
+            "cpu_s": result.get("cpu_s"),  # training process CPU time, user + system (all sessions)
+        }  # fmt: skip
+        row = {"arch": arch, "parameters": result["parameters"], "base": base, "trained_on": trained_on,
+               "config": json.dumps(config, sort_keys=True, default=str)}  # fmt: skip
+        report = TrainReport(model_id=model_id, arch=arch, parameters=result["parameters"],
+                             path=str(model_dir(ws, model_id)), base=base, trained_on=trained_on, steps=result["steps"],
+                             final_loss=round(result["final_loss"], 4), dev_metrics=dict(result["best_metrics"]),
+                             dev_pool=dev_pool_text(dev_path, dev) if dev_path and dev else None,
+                             hard_negatives=hard_negatives_text(hard_negatives, [loaded[s.name] for s in specs]),
+                             resumed=message if resuming else None)  # fmt: skip
+        register_model(ws, model_id, Path(result["model_dir"]), row, stage=stage, stage_fingerprint=stage_fp,
+                       curve=result.get("log", []), leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)
+        publish_training(model_id, dev, {"step": result["best_step"], "metrics": result["best_metrics"]},
+                         result.get("log", []), result["dev_history"])  # fmt: skip
+        log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
+        return report
 
 
 def _join_training(work: Path, stage_fp: str, launch: Launch, report: TrainReport) -> TrainReport:

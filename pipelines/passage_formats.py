@@ -1,13 +1,14 @@
 """Passage corpora in the formats users bring: DPR's psgs_w100.tsv and BEIR's corpus.jsonl.
 
-Both readers stream fixed-size Arrow batches (DPR's file has 21M rows) and name the file and
-line of any malformed record. Positions are derived the way DPR laid out its file: consecutive
+Both readers stream fixed-size Arrow batches (DPR's file has 21M rows), read each line with a
+bounded length (`MAX_RECORD_BYTES`) and refuse any malformed record naming the file and line. Positions are derived the way DPR laid out its file: consecutive
 rows of one title are that article's passages in order.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -20,7 +21,11 @@ from storage.atomic import atomic_text_file
 DPR_TSV_HEADER = ["id", "text", "title"]
 PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]
 
-csv.field_size_limit(sys.maxsize)  # DPR's rows are short, but BEIR-converted TSVs are not
+# The longest record an import accepts (a line of the file). DPR's passages are ~100 words; the
+# limit keeps a malformed file (one huge line) from costing gigabytes of memory.
+MAX_RECORD_BYTES = 1 << 20
+
+csv.field_size_limit(sys.maxsize)  # lines are already bounded by MAX_RECORD_BYTES
 
 
 class PassageFormatError(ValueError):
@@ -56,62 +61,116 @@ class _Positions:
         return position
 
 
-def read_dpr_tsv(path: Path, batch_size: int = 50_000) -> Iterator[pa.RecordBatch]:
-    """Stream DPR's `id<TAB>text<TAB>title` file (header required, csv quoting as DPR wrote it)."""
+def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, read in binary with a bounded length and decoded here, so
+    that an over-long record costs at most `max_bytes` of memory and a bad byte names its line."""
+    with open(path, "rb") as handle:
+        for number in itertools.count(1):
+            raw = handle.readline(max_bytes + 2)
+            if not raw:
+                return
+            if len(raw.rstrip(b"\r\n")) > max_bytes:
+                raise PassageFormatError(
+                    f"{path}:{number}: record longer than {max_bytes:,} bytes, the import limit "
+                    "(--max-record-bytes); is this the right file and format?"
+                )
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PassageFormatError(
+                    f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); "
+                    "passage files must be UTF-8"
+                ) from None
+
+
+def _dpr_fields(path: Path, number: int, line: str) -> list[str]:
+    """The fields of one DPR TSV line; a record never continues on the next line."""
+    try:
+        return next(csv.reader([line.rstrip("\r\n")], delimiter="\t", strict=True))
+    except csv.Error as exc:
+        raise PassageFormatError(
+            f"{path}:{number}: bad quoting ({exc}); a field that starts with a quote must end with one on "
+            "the same line (a stray quote would merge the following rows)"
+        ) from None
+
+
+def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[pa.RecordBatch]:
+    """Stream DPR's `id<TAB>text<TAB>title` file (header required, csv quoting as DPR wrote it).
+
+    Every record is one line of three fields: a stray quote, a wrong field count, bytes that are
+    not UTF-8, a line over `max_record_bytes` and a file without passages are refused with the file
+    and line, never merged or skipped.
+    """
     positions = _Positions()
     rows: list[dict] = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        header = next(reader, None)
-        if header is None:
-            raise PassageFormatError(f"{path}: empty file, expected a header {DPR_TSV_HEADER}")
-        if [h.strip().lower() for h in header] != DPR_TSV_HEADER:
-            raise PassageFormatError(f"{path}:1: expected the header {DPR_TSV_HEADER} (tab-separated), got {header!r}")
-        for row in reader:
-            if len(row) != 3:
-                raise PassageFormatError(
-                    f"{path}:{reader.line_num}: expected 3 tab-separated fields (id, text, title), got {len(row)}"
-                )
-            pid, text, title = row
-            if not pid:
-                raise PassageFormatError(f"{path}:{reader.line_num}: empty passage id")
-            rows.append({"passage_id": pid, "article_id": None, "title": title, "text": text, "position": positions(title)})
-            if len(rows) >= batch_size:
-                yield _batch(rows)
-                rows = []
+    lines = _lines(path, max_record_bytes)
+    first = next(lines, None)
+    if first is None:
+        raise PassageFormatError(f"{path}: empty file, expected a header {DPR_TSV_HEADER}")
+    header = _dpr_fields(path, *first)
+    if [h.strip().lower().lstrip("\ufeff") for h in header] != DPR_TSV_HEADER:
+        raise PassageFormatError(f"{path}:1: expected the header {DPR_TSV_HEADER} (tab-separated), got {header!r}")
+    count = 0
+    for number, line in lines:
+        if not line.strip():
+            raise PassageFormatError(f"{path}:{number}: empty line, expected id, text, title")
+        row = _dpr_fields(path, number, line)
+        if len(row) != 3:
+            raise PassageFormatError(
+                f"{path}:{number}: expected 3 tab-separated fields (id, text, title), got {len(row)}"
+            )
+        pid, text, title = row
+        if not pid:
+            raise PassageFormatError(f"{path}:{number}: empty passage id")
+        rows.append({"passage_id": pid, "article_id": None, "title": title, "text": text, "position": positions(title)})
+        count += 1
+        if len(rows) >= batch_size:
+            yield _batch(rows)
+            rows = []
+    if not count:
+        raise PassageFormatError(f"{path}: no passages after the header")
     if rows:
         yield _batch(rows)
 
 
-def read_beir_corpus(path: Path, batch_size: int = 50_000) -> Iterator[pa.RecordBatch]:
-    """Stream a BEIR corpus.jsonl (`{"_id", "title", "text"}` per line); `path` may be its folder."""
+def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[pa.RecordBatch]:
+    """Stream a BEIR corpus.jsonl (`{"_id", "title", "text"}` per line); `path` may be its folder.
+
+    The same limits as `read_dpr_tsv`: bad JSON or UTF-8, an over-long line and a file without
+    passages are refused with the file and line.
+    """
     if path.is_dir():
         path = path / "corpus.jsonl"
     positions = _Positions()
     rows: list[dict] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PassageFormatError(f"{path}:{line_no}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict) or "_id" not in record or "text" not in record:
-                raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text'")
-            title = str(record.get("title") or "")
-            rows.append(
-                {
-                    "passage_id": str(record["_id"]),
-                    "article_id": None,
-                    "title": title,
-                    "text": str(record["text"]),
-                    "position": positions(title),
-                }
-            )
-            if len(rows) >= batch_size:
-                yield _batch(rows)
-                rows = []
+    count = 0
+    for line_no, line in _lines(path, max_record_bytes):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PassageFormatError(f"{path}:{line_no}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict) or "_id" not in record or "text" not in record:
+            raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text'")
+        if not str(record["_id"]):
+            raise PassageFormatError(f"{path}:{line_no}: empty '_id'")
+        title = str(record.get("title") or "")
+        rows.append(
+            {
+                "passage_id": str(record["_id"]),
+                "article_id": None,
+                "title": title,
+                "text": str(record["text"]),
+                "position": positions(title),
+            }
+        )
+        count += 1
+        if len(rows) >= batch_size:
+            yield _batch(rows)
+            rows = []
+    if not count:
+        raise PassageFormatError(f"{path}: no passages (an empty corpus)")
     if rows:
         yield _batch(rows)
 

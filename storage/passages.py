@@ -109,3 +109,37 @@ def passages_in_range(ws: Workspace, files: list[dict[str, Any]], start: int, st
             raise ValueError(f"{ws.root / entries[span.position].path}: {seen} rows, but the snapshot lists "
                              f"{entries[span.position].rows}")  # fmt: skip
     return pa.Table.from_batches(parts)
+
+
+def duplicate_passage_ids(new_files: Sequence[Path], kept: Sequence[FileEntry], root: Path,
+                          limit: int = 3) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:  # fmt: skip
+    """Passage ids that would not be unique after adding `new_files` to the `kept` parts.
+
+    Returns (id, times) repeated within the new files and (id, source) already held by a kept
+    part, at most `limit` of each. DuckDB groups on disk-backed hash tables, so this scales to
+    DPR's 21M ids without holding them in Python.
+    """
+    import duckdb
+
+    if not new_files:
+        return [], []
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        new = "[" + ", ".join(_sql_path(p) for p in new_files) + "]"
+        within = con.execute(f"SELECT passage_id, count(*) FROM read_parquet({new}) GROUP BY 1 HAVING count(*) > 1 "
+                             f"ORDER BY 1 LIMIT {int(limit)}").fetchall()  # fmt: skip
+        if not kept:
+            return [(r[0], r[1]) for r in within], []
+        old = "[" + ", ".join(_sql_path(root / e.path) for e in kept) + "]"
+        rows = con.execute(
+            f"SELECT o.passage_id, o.filename FROM read_parquet({old}, filename = true) o "
+            f"SEMI JOIN read_parquet({new}) n USING (passage_id) ORDER BY 1 LIMIT {int(limit)}"
+        ).fetchall()
+    finally:
+        con.close()
+    source_of = {str(root / e.path): e.source for e in kept}
+    return [(r[0], r[1]) for r in within], [(r[0], source_of.get(r[1], r[1])) for r in rows]
+
+
+def _sql_path(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"

@@ -16,6 +16,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 
 from storage.atomic import atomic_write_text, slug, write_parquet_atomic
 from storage.catalog import refresh_catalog
+from storage.locks import writer_lock
 from storage.schemas import conform, schema_for
 from storage.snapshot import (
     FileEntry,
@@ -103,9 +105,13 @@ class Transaction:
         self._staged: dict[str, dict[str, tuple[str, int]]] = {}  # table -> part -> (source, rows)
         self._auto_parts: dict[str, int] = {}
         staging_root = root / STAGING_DIR
+        self._lock = ExitStack()
         if resumable:
             if not fingerprint:
                 raise ValueError("a resumable transaction needs a fingerprint")
+            # The stage's writer lock: a second run of the stage (another dump, say) is refused,
+            # naming this one, instead of deleting the staging this run resumes from.
+            self._lock.enter_context(writer_lock(root, f"stage:{stage}", f"the stage {stage!r}"))
             name = f"{slug(stage)}-{fingerprint[:16]}"
             for old in staging_root.glob(f"{slug(stage)}-*"):  # an earlier attempt with other inputs
                 if old.name != name:
@@ -200,6 +206,10 @@ class Transaction:
             rewritten += 1
         return rewritten
 
+    def staged_files(self, table: str) -> list[Path]:
+        """The parts of `table` staged so far, for checks that must see them before commit."""
+        return [self._part_path(table, part) for part in sorted(self._staged.get(table, {}))]
+
     def writer(self, table: str, source: str, prefix: str = "part", rows_per_part: int = ROWS_PER_PART) -> PartWriter:
         return PartWriter(self, table, source, prefix, rows_per_part)
 
@@ -241,6 +251,7 @@ class Transaction:
             _collect_garbage(self.root)
         self._closed = True
         shutil.rmtree(self.staging, ignore_errors=True)
+        self._lock.close()
         refresh_catalog(self.root, committed, strict=False)
         return committed
 
@@ -249,15 +260,19 @@ class Transaction:
         self._closed = True
         if not self.resumable:
             shutil.rmtree(self.staging, ignore_errors=True)
+        self._lock.close()
 
     def __enter__(self) -> Transaction:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
+        try:
+            if exc_type is None:
+                self.commit()
+            else:
+                self.abort()
+        finally:
+            self._lock.close()  # also when the commit itself failed
 
 
 def _collect_garbage(root: Path) -> None:

@@ -11,13 +11,26 @@ QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad"
 
 @import_group.command("passages")
 @click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
+@click.option("--replace", is_flag=True, help="Replace the passages an earlier import of this same file added.")
+@click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
+              help="A passage id another source already holds: refuse the file, or keep the existing row and "
+              "skip this file's.")
+@click.option("--max-record-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              help="The longest line accepted; longer ones are refused.")
 @click.argument("path", type=click.Path(exists=True))
 @click.pass_context
-def import_passages(ctx: click.Context, fmt: str, path: str) -> None:
-    """Import a passage corpus: DPR's psgs_w100.tsv or a BEIR corpus.jsonl (or its folder)."""
+def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: str, max_record_bytes: int,
+                    path: str) -> None:  # fmt: skip
+    """Import a passage corpus: DPR's psgs_w100.tsv or a BEIR corpus.jsonl (or its folder).
+
+    Each file is a source of its own (its full path): another file adds passages, ids stay unique
+    across the workspace, and the report gives passages added, replaced and kept, with the total.
+    """
     from flows.passages import import_passages_flow
 
-    echo_report("import passages", import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx)))
+    report = import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx), replace=replace,
+                                  on_duplicate=on_duplicate, max_record_bytes=max_record_bytes)  # fmt: skip
+    echo_report("import passages", report)
 
 
 

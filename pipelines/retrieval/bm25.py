@@ -33,6 +33,7 @@ from typing import Any
 from pipelines.progress import progress, track
 from pipelines.retrieval.java import ensure_java
 from storage.atomic import replace_directory
+from storage.locks import process_alive
 
 METADATA_FILE = "odqa-index.json"
 LOG_FILE = "odqa-index.log"
@@ -190,6 +191,7 @@ def build_bm25_index(
     threads = max(1, int(threads))
     index_dir = Path(index_dir)
     index_dir.parent.mkdir(parents=True, exist_ok=True)
+    reclaim_dead_builds(index_dir)
     work = index_dir.parent / f".{index_dir.name}.building-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -228,6 +230,19 @@ def build_bm25_index(
         return info
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def reclaim_dead_builds(index_dir: Path) -> list[Path]:
+    """Delete the `.<name>.building-<pid>` folders beside `index_dir` (of any index version) whose
+    builders no longer run (a killed build); a live builder's folder is left alone. Returns the
+    folders removed."""
+    removed = []
+    for folder in index_dir.parent.glob(".*.building-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _write_metadata(index: Path, info: IndexInfo) -> None:

@@ -174,7 +174,7 @@ def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
     assert "building it" not in current and "retrieve: no-op" in current
 
     more = [*PASSAGES, ("6", "Morvil harbour is older than the capital itself.", "Morvil")]
-    cli(*w, "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", more)))
+    cli(*w, "import", "passages", "--format", "dpr-tsv", "--replace", str(write_passages(tmp_path / "p.tsv", more)))
     rebuilt = cli(*retrieve).output
     assert f"the flat index of model {minilm()} is stale (passages changed); building it" in rebuilt
     assert "retrieve: done" in rebuilt

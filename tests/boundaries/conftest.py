@@ -1,0 +1,46 @@
+"""Helpers of the hostile-input probes: a workspace with a few rows, and its fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from storage import Workspace
+
+# Files a refused command may still touch: the shell catalog (refreshed when stale), locks, its log.
+VOLATILE = ("catalog.duckdb", ".lock", "locks", "logs")
+
+
+def workspace_state(root: Path) -> dict[str, str]:
+    """Every file of the workspace (but the volatile ones) with its sha256: what a probe must not change."""
+    state = {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_file() and not any(part.startswith(VOLATILE) for part in relative.split("/")):
+            state[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return state
+
+
+def table_counts(ws: Workspace) -> dict[str, int]:
+    return {table: ws.rows(table) for table in ("articles", "passages", "questions")}
+
+
+@pytest.fixture
+def filled(workspace: Workspace) -> Workspace:
+    """A workspace with two articles and two passages committed."""
+    with workspace.transaction("seed") as tx:
+        tx.write("articles", [{"article_id": i, "title": f"T{i}", "namespace": 0, "is_redirect": False}
+                              for i in (1, 2)], source="seed")
+        tx.write("passages", [{"passage_id": f"p{i}", "title": f"T{i}", "text": f"text {i}", "position": 0}
+                              for i in (1, 2)], source="seed")
+    return workspace
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The random 3-layer BERT of tests/models, so a training takes seconds."""
+    from tests.models.conftest import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-bert"), layers=3, dropout=0.0, seed=0)
