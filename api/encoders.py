@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from models.base import Retriever
-from storage.model_registry import QSFT_FILE, resolve_model
-from storage.workspace import Workspace as StorageWorkspace
+from ..models.base import Retriever
+from ..storage.model_registry import QSFT_FILE, resolve_model
+from ..storage.workspace import Workspace as StorageWorkspace
 
 Corpus = Sequence[Mapping[str, str]] | Mapping[str, Sequence[str]]
 
@@ -80,7 +80,7 @@ class BeirRetriever:
 def load_retriever(model_or_path: str | Path, workspace: Any = None) -> BeirRetriever:
     """The model `model_or_path` names: with a workspace (path or `odqa.Workspace`), a model id of
     its `models` table, a folder or a Hugging Face name; without one, a folder or a name."""
-    from models.retriever import load_retriever as load_model
+    from ..models.retriever import load_retriever as load_model
 
     name = str(model_or_path)
     if workspace is None:

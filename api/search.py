@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from models.workspace_search import bm25_searcher, dense_searcher, tuned_alpha
-from pipelines.dense.hybrid import DEFAULT_DEPTH
-from pipelines.retrieval.java import ensure_java
-from pipelines.search.hybrid_searcher import HybridSearcher
-from pipelines.search.searcher import Searcher as PipelineSearcher
-from storage.model_registry import resolve_model
-from storage.passages import passages_by_id
-from storage.workspace import Workspace as StorageWorkspace
+from ..models.workspace_search import bm25_searcher, dense_searcher, tuned_alpha
+from ..pipelines.dense.hybrid import DEFAULT_DEPTH
+from ..pipelines.retrieval.java import ensure_java
+from ..pipelines.search.hybrid_searcher import HybridSearcher
+from ..pipelines.search.searcher import Searcher as PipelineSearcher
+from ..storage.model_registry import resolve_model
+from ..storage.passages import passages_by_id
+from ..storage.workspace import Workspace as StorageWorkspace
 
 KINDS = ("bm25", "dense", "hybrid")
 

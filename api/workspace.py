@@ -12,13 +12,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from api.search import Searcher, open_pipeline_searcher
-from pipelines.dense.hybrid import DEFAULT_DEPTH
-from storage.snapshot import load_snapshot
-from storage.table_files import known_tables
-from storage.tables import table_dataset
-from storage.workspace import ENV_VAR
-from storage.workspace import Workspace as StorageWorkspace
+from ..pipelines.dense.hybrid import DEFAULT_DEPTH
+from ..storage.snapshot import load_snapshot
+from ..storage.table_files import known_tables
+from ..storage.tables import table_dataset
+from ..storage.workspace import ENV_VAR
+from ..storage.workspace import Workspace as StorageWorkspace
+from .search import Searcher, open_pipeline_searcher
 
 
 class Workspace:
@@ -68,9 +68,9 @@ class Workspace:
         micro, per relation and macro; the qrels metrics), as rows shaped like the `metrics`
         table; nothing is written. `ks` defaults to odqa's cut-offs, `match` as `--match`."""
         # The verb's own scoring; it imports Prefect's library (and starts nothing).
-        from flows.evaluate import score_run
-        from pipelines.evaluation.answers import MATCH_CHOICES
-        from pipelines.evaluation.metrics import DEFAULT_KS, metrics_table
+        from ..flows.evaluate import score_run
+        from ..pipelines.evaluation.answers import MATCH_CHOICES
+        from ..pipelines.evaluation.metrics import DEFAULT_KS, metrics_table
 
         cutoffs = tuple(sorted(set(ks or DEFAULT_KS)))
         if cutoffs[0] < 1:

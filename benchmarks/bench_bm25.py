@@ -30,8 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.retrieval.bm25 import Bm25Searcher, build_index, open_index, passage_contents  # noqa: E402
-from pipelines.retrieval.java import ensure_java  # noqa: E402
+from odqa.pipelines.retrieval.bm25 import Bm25Searcher, build_index, open_index, passage_contents  # noqa: E402
+from odqa.pipelines.retrieval.java import ensure_java  # noqa: E402
 
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 

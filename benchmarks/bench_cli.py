@@ -52,7 +52,7 @@ def env_for(checkout: Path, prefect_home: Path) -> dict[str, str]:
 
 
 def cli_command(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from flows.cli import main; sys.exit(main())", *args]
+    return [sys.executable, "-c", "import sys; from odqa.flows.cli import main; sys.exit(main())", *args]
 
 
 def direct_command(setup: str, call: str) -> list[str]:
@@ -105,13 +105,13 @@ def main() -> None:
     calls = {
         "odqa --help": (["--help"], [sys.executable, "-c", "pass"]),
         'odqa sql "SELECT 1"': ([*w, "sql", "SELECT 1"],
-                                direct_command("from storage import Workspace",
+                                direct_command("from odqa.storage import Workspace",
                                                f"Workspace.resolve({str(ws)!r}).sql('SELECT 1')")),
         "odqa search (BM25)": ([*w, "search", QUESTION],
-                               direct_command("from flows.search import SearchSession",
+                               direct_command("from odqa.flows.search import SearchSession",
                                               search.format(q=QUESTION, r="bm25", m=None, w=str(ws)))),
         "odqa search --model MiniLM (dense)": ([*w, "search", "--model", model, QUESTION],
-                                               direct_command("from flows.search import SearchSession",
+                                               direct_command("from odqa.flows.search import SearchSession",
                                                               search.format(q=QUESTION, r="dense", m=model,
                                                                             w=str(ws)))),
     }  # fmt: skip

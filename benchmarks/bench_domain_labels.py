@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.categories.domain_config import DESIRE_ME_DOMAINS, DomainConfig  # noqa: E402
+from odqa.pipelines.categories.domain_config import DESIRE_ME_DOMAINS, DomainConfig  # noqa: E402
 
 LEVEL_GROWTH = 6.2
 
@@ -159,7 +159,7 @@ def generate_graph(scale: float, out: Path, seed: int = 0) -> dict[str, int]:
 
 # -- the measured run (subprocess) --------------------------------------------------------------
 def label_subprocess(work: Path) -> None:
-    from pipelines.categories.labeller import label_domains
+    from odqa.pipelines.categories.labeller import label_domains
 
     parquet = pq.ParquetFile(work / "links.parquet")
     t0, c0 = time.perf_counter(), time.process_time()
@@ -318,7 +318,7 @@ def generate_sql_dump(path: Path, rows: int, seed: int = 0, pages: int | None = 
 
 def read_ours(path: Path) -> tuple[int, float]:
     """Rows read and CPU seconds (CPU, not wall: the machine is shared)."""
-    from pipelines.categories.sql_dump import SqlDumpReader
+    from odqa.pipelines.categories.sql_dump import SqlDumpReader
 
     c0 = time.process_time()
     n = 0
@@ -355,7 +355,7 @@ def read_csv_module(path: Path) -> tuple[int, float]:
 
 
 def sql_graph_subprocess(work: Path) -> None:
-    from pipelines.categories.graph_input import SqlCategoryGraph
+    from odqa.pipelines.categories.graph_input import SqlCategoryGraph
 
     t0, c0 = time.perf_counter(), time.process_time()
     links = articles = 0

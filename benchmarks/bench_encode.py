@@ -49,10 +49,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from pipelines.dense.sharded_encoding import CPU_BATCH_TOKENS, EncodedCorpus, encode_corpus  # noqa: E402
-from pipelines.wikipedia.dump_reader import iter_pages  # noqa: E402
-from pipelines.wikipedia.passages import split_passages  # noqa: E402
-from pipelines.wikipedia.wikitext_cleaner import clean_wikitext  # noqa: E402
+from odqa.pipelines.dense.sharded_encoding import CPU_BATCH_TOKENS, EncodedCorpus, encode_corpus  # noqa: E402
+from odqa.pipelines.wikipedia.dump_reader import iter_pages  # noqa: E402
+from odqa.pipelines.wikipedia.passages import split_passages  # noqa: E402
+from odqa.pipelines.wikipedia.wikitext_cleaner import clean_wikitext  # noqa: E402
 
 
 def minilm_dir() -> Path:
@@ -100,7 +100,7 @@ def rss_child(n: int, shard_size: int, batch_size: int) -> None:
     import psutil
     import torch
 
-    from models.retriever import load_retriever
+    from odqa.models.retriever import load_retriever
 
     torch.set_num_threads(2)
     base = real_passages(400)
@@ -198,7 +198,7 @@ def run_comparison(args: argparse.Namespace, model_dir: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from models.retriever import load_retriever
+    from odqa.models.retriever import load_retriever
 
     torch.set_num_threads(args.threads)
     device = "cuda:0" if args.device == "cuda" else None

@@ -36,8 +36,8 @@ import faiss  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from pipelines.dense.faiss_index import IndexParams, build_faiss_index, open_faiss_index  # noqa: E402
-from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
+from odqa.pipelines.dense.faiss_index import IndexParams, build_faiss_index, open_faiss_index  # noqa: E402
+from odqa.pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
 
 
 def clustered(rng: np.random.Generator, n: int, centers: np.ndarray, noise: float) -> np.ndarray:

@@ -39,9 +39,9 @@ import pyarrow as pa  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines.dense.faiss_index import IndexParams  # noqa: E402
-from pipelines.dense.index_planner import calibrate, describe, plan_index, synthetic_vectors  # noqa: E402
-from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
+from odqa.pipelines.dense.faiss_index import IndexParams  # noqa: E402
+from odqa.pipelines.dense.index_planner import calibrate, describe, plan_index, synthetic_vectors  # noqa: E402
+from odqa.pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
 
 SHARD = 50_000
 GIB = 1024**3
@@ -49,8 +49,8 @@ GIB = 1024**3
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from pipelines.dense.faiss_index import IndexParams, build_faiss_index
-from pipelines.dense.index_planner import peak_rss_bytes
+from odqa.pipelines.dense.faiss_index import IndexParams, build_faiss_index
+from odqa.pipelines.dense.index_planner import peak_rss_bytes
 emb, out, kind, params = sys.argv[1], Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 started = time.perf_counter()
 meta = build_faiss_index(emb, out, index_type=kind, params=IndexParams(**params), progress=False, use_gpu=False)
@@ -79,7 +79,7 @@ def write_embeddings(folder: Path, n: int, dim: int, seed: int) -> None:
 
 def linked_prefix(source: Path, folder: Path, n: int) -> None:
     """An embeddings directory of the first ``n`` vectors of ``source`` (hard links, no copy)."""
-    from pipelines.dense.sharded_encoding import read_manifest
+    from odqa.pipelines.dense.sharded_encoding import read_manifest
 
     manifest = read_manifest(source)
     shards = [s for s in manifest.shards if s.index * SHARD < n]
@@ -108,7 +108,7 @@ def run_build(emb: Path, out: Path, kind: str, params: IndexParams, timeout: flo
 
 def replan(path: Path) -> None:
     """Plans and ratios of an earlier run's builds from its stored costs, with this planner."""
-    from pipelines.dense.index_planner import CostModel
+    from odqa.pipelines.dense.index_planner import CostModel
 
     results = json.loads(path.read_text(encoding="utf-8"))
     costs = CostModel(**results["costs"])

@@ -39,8 +39,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from synthetic_dump import write_repeated  # noqa: E402
 
-from pipelines.wikipedia.dump_reader import iter_pages  # noqa: E402
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks  # noqa: E402
+from odqa.pipelines.wikipedia.dump_reader import iter_pages  # noqa: E402
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks  # noqa: E402
 
 SAMPLE = REPO.parent / "shared" / "data" / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2"
 REMNANTS = ("{{", "}}", "[[", "]]", "<ref", "thumb|", "Category:", "&nbsp;")

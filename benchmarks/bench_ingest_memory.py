@@ -35,7 +35,7 @@ CHILD = r"""
 import json, sys, threading, time
 import psutil
 from pathlib import Path
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks
 
 def snapshot(me):
     # (PSS of the whole tree, RSS of the reader, largest RSS of a worker or the fork server)

@@ -55,7 +55,7 @@ def generate(path: Path, lines: int, passages: int = 1_000_000, seed: int = 0) -
 
 
 def run_ours(path: Path, workdir: Path) -> dict:
-    from pipelines.questions.paq import PaqConfig, sample_paq
+    from odqa.pipelines.questions.paq import PaqConfig, sample_paq
 
     result = sample_paq(path, workdir / "ours_tmp", config=PaqConfig(memory_limit="1GB", threads=2))
     return {"report": result.report, "questions": result.questions.num_rows, "flipped": result.flipped.num_rows}

@@ -61,7 +61,7 @@ def env_for(backend: str, home: Path) -> dict[str, str]:
 
 
 def odqa(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from flows.cli import main; sys.exit(main())", *args]
+    return [sys.executable, "-c", "import sys; from odqa.flows.cli import main; sys.exit(main())", *args]
 
 
 def problems_in(ws: Path) -> dict[str, int]:
@@ -71,7 +71,7 @@ def problems_in(ws: Path) -> dict[str, int]:
 
 
 def demo_run(backend: str, tmp: Path, number: int) -> dict:
-    from flows.backend.local_server import reset_server
+    from odqa.flows.backend.local_server import reset_server
 
     ws = tmp / f"demo-{backend}-{number}"
     env = env_for(backend, tmp / f"home-{backend}-{number}")
@@ -104,8 +104,8 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 def cli_overhead(tmp: Path, repeats: int) -> dict:
     """CLI vs direct wall times of two flow verbs on a workspace whose server runs."""
-    from flows.backend.local_server import reset_server
-    from storage import Workspace
+    from odqa.flows.backend.local_server import reset_server
+    from odqa.storage import Workspace
 
     ws = tmp / "cli-ws"
     env = env_for("postgresql", tmp / "home-cli")
@@ -129,11 +129,11 @@ def cli_overhead(tmp: Path, repeats: int) -> dict:
     verbs = {
         "odqa import passages (unchanged file)": (
             odqa("-w", str(ws), "import", "passages", "--format", "dpr-tsv", str(tsv)),
-            [sys.executable, "-c", direct.format(module="flows.passages", flow="import_passages_flow",
+            [sys.executable, "-c", direct.format(module="odqa.flows.passages", flow="import_passages_flow",
                                                  args=f"fmt='dpr-tsv', path={str(tsv)!r}, workspace={str(ws)!r}")]),
         "odqa evaluate (unchanged run)": (
             odqa("-w", str(ws), "evaluate", "--run", "toy-run"),
-            [sys.executable, "-c", direct.format(module="flows.evaluate", flow="evaluate_flow",
+            [sys.executable, "-c", direct.format(module="odqa.flows.evaluate", flow="evaluate_flow",
                                                  args=f"run='toy-run', workspace={str(ws)!r}")]),
     }  # fmt: skip
     samples: dict[tuple[str, str], list[float]] = {(v, side): [] for v in verbs for side in ("cli", "direct")}
@@ -161,7 +161,7 @@ def cli_overhead(tmp: Path, repeats: int) -> dict:
 FORTY = """
 import asyncio, json, os, sys, time
 from pathlib import Path
-from flows.backend.local_server import temporary_server
+from odqa.flows.backend.local_server import temporary_server
 home = Path(sys.argv[1])
 home.mkdir(parents=True, exist_ok=True)
 with temporary_server(home, home / "server.log", label="bench") as server:

@@ -257,7 +257,7 @@ def load_average() -> float:
 
 def parameters_of(model: str) -> int:
     sys.path.insert(0, str(ROOT))
-    from models.retriever import load_retriever
+    from odqa.models.retriever import load_retriever
 
     return load_retriever(model).parameter_count()
 

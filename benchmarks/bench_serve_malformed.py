@@ -35,18 +35,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storage import Workspace  # noqa: E402
-from storage.releases import current_release  # noqa: E402
+from odqa.storage import Workspace  # noqa: E402
+from odqa.storage.releases import current_release  # noqa: E402
 from tests.serve.harness import ServiceProcess, minilm, subprocess_env  # noqa: E402
 from tests.serve.load import LoadGenerator, problems  # noqa: E402
 
 
 def build_workspace(root: Path) -> None:
     """One release of the bundled sample (BM25 + MiniLM flat index)."""
-    from flows.backend.local_server import reset_server
-    from flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.backend.local_server import reset_server
+    from odqa.flows.sample_data import SAMPLE_DUMP
 
-    odqa = [sys.executable, "-c", "from flows.cli import main; main()", "-w", str(root), "reindex", "--model", minilm()]
+    odqa = [sys.executable, "-c", "from odqa.flows.cli import main; main()", "-w", str(root), "reindex", "--model", minilm()]
     try:
         subprocess.run([*odqa, "--dump", str(SAMPLE_DUMP)], check=True, env=subprocess_env(), cwd=ROOT,
                        stdout=subprocess.DEVNULL)  # fmt: skip

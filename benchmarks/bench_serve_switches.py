@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
 
-from storage import Workspace  # noqa: E402
-from storage.releases import Release, published_releases, switch_current  # noqa: E402
+from odqa.storage import Workspace  # noqa: E402
+from odqa.storage.releases import Release, published_releases, switch_current  # noqa: E402
 from tests.serve.harness import ServiceProcess, minilm, subprocess_env  # noqa: E402
 from tests.serve.load import LoadGenerator, problems, write_delta  # noqa: E402
 
@@ -50,9 +50,9 @@ DUMP_AFTER_S = 8.0
 
 def build_workspace(root: Path) -> None:
     """Three releases of the bundled sample: the sample, then one marker passage more each."""
-    from flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.sample_data import SAMPLE_DUMP
 
-    odqa = [sys.executable, "-c", "from flows.cli import main; main()", "-w", str(root), "reindex", "--model", minilm()]
+    odqa = [sys.executable, "-c", "from odqa.flows.cli import main; main()", "-w", str(root), "reindex", "--model", minilm()]
     steps = [["--dump", str(SAMPLE_DUMP)]]
     steps += [["--passages", str(write_delta(root.parent / f"delta-{m}.tsv", m))] for m in ("marker-1", "marker-2")]
     for step in steps:
@@ -98,7 +98,7 @@ def main() -> None:
             try:
                 build_workspace(root)
             finally:  # the re-indexes started the workspace's Prefect server: stop it, drop its database
-                from flows.backend.local_server import reset_server
+                from odqa.flows.backend.local_server import reset_server
 
                 reset_server(root)
         ws = Workspace.resolve(root)

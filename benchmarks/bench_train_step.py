@@ -59,10 +59,10 @@ class StepRunner:
     def __init__(self, arch: str, args: argparse.Namespace, context) -> None:
         import torch
 
-        from models.data import Batch
-        from models.losses import objective
-        from models.retriever import create_retriever
-        from models.trainer import amp_dtype, make_optimizer, wrap_for_training
+        from odqa.models.data import Batch
+        from odqa.models.losses import objective
+        from odqa.models.retriever import create_retriever
+        from odqa.models.trainer import amp_dtype, make_optimizer, wrap_for_training
 
         self.torch = torch
         self.context = context
@@ -101,7 +101,7 @@ class StepRunner:
         """Seconds of one optimizer step (the slowest rank's under DDP)."""
         import torch.distributed as dist
 
-        from models.trainer import forward_backward, optimizer_step, zero_gradients
+        from odqa.models.trainer import forward_backward, optimizer_step, zero_gradients
 
         torch = self.torch
         cuda = self.context.device.type == "cuda"
@@ -134,7 +134,7 @@ class StepRunner:
 def _setup(args: argparse.Namespace):
     import torch
 
-    from models.distributed import init_distributed
+    from odqa.models.distributed import init_distributed
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -67,7 +67,7 @@ def embedded_image(name: str, mime: str, data: bytes) -> str:
 def training_markdown(model_id: str, dev: str | None, best: dict[str, Any], curve: Sequence[dict[str, Any]],
                       dev_history: Sequence[dict[str, Any]]) -> str:  # fmt: skip
     """A train run's artifact: the best dev R@K (ordered by K) and the loss curve with dev R@K."""
-    from pipelines.training_plot import recall_keys, render_training_plot
+    from ..pipelines.training_plot import recall_keys, render_training_plot
 
     parts = [f"### Training of `{model_id}`"]
     if dev and best.get("metrics"):

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 from prefect import flow, task
 
-from flows.publish import publish_indexes
-from flows.runtime import stage_logger
-from pipelines.retrieval.bm25 import StaleIndexError, build_bm25_index, open_bm25_index
-from pipelines.retrieval.java import ensure_java
-from storage import Workspace
-from storage.index_layout import IndexLayout
-from storage.locks import writer_lock
-from storage.passages import passage_records, require_passages
-from storage.reports import Report
+from ..pipelines.retrieval.bm25 import StaleIndexError, build_bm25_index, open_bm25_index
+from ..pipelines.retrieval.java import ensure_java
+from ..storage import Workspace
+from ..storage.index_layout import IndexLayout
+from ..storage.locks import writer_lock
+from ..storage.passages import passage_records, require_passages
+from ..storage.reports import Report
+from .publish import publish_indexes
+from .runtime import stage_logger
 
 BUILD_WAIT_S = 6 * 3600.0  # how long a second build of the same index waits for the first
 

@@ -22,23 +22,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from flows.runtime import stage_logger
-from flows.stages import finished_report
-from pipelines.categories.coverage import (
+from ..pipelines.categories.coverage import (
     CoverageReport,
     assign_question_domains,
     coverage_report,
     plot_domain_counts,
     positive_passage_domains,
 )
-from pipelines.categories.domain_config import DomainConfig, load_domain_config
-from pipelines.categories.graph_input import SqlCategoryGraph
-from pipelines.categories.labeller import label_domains
-from storage import Workspace
-from storage.articles import content_titles
-from storage.fingerprint import file_sha256, fingerprint
-from storage.questions import positives_fingerprint
-from storage.reports import Report
+from ..pipelines.categories.domain_config import DomainConfig, load_domain_config
+from ..pipelines.categories.graph_input import SqlCategoryGraph
+from ..pipelines.categories.labeller import label_domains
+from ..storage import Workspace
+from ..storage.articles import content_titles
+from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.questions import positives_fingerprint
+from ..storage.reports import Report
+from .runtime import stage_logger
+from .stages import finished_report
 
 INGEST_STAGE = "ingest-categories"
 SQL_SOURCE = "sql-dumps"

@@ -12,10 +12,10 @@ from typing import Any
 
 from prefect import flow
 
-from flows.evaluate import recall_plot, score_run
-from pipelines.evaluation.metrics import DEFAULT_KS, compare_runs
-from storage import Workspace
-from storage.reports import Report
+from ..pipelines.evaluation.metrics import DEFAULT_KS, compare_runs
+from ..storage import Workspace
+from ..storage.reports import Report
+from .evaluate import recall_plot, score_run
 
 
 @dataclass

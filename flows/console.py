@@ -18,7 +18,7 @@ CONSOLE_MARK = "odqa_console"
 
 def tell(message: str, *args: object) -> None:
     """Log ``message`` (%-style ``args``) for the run's logs and mark it for the terminal."""
-    from flows.runtime import stage_logger
+    from .runtime import stage_logger
 
     stage_logger().info(message, *args, extra={CONSOLE_MARK: True})
 

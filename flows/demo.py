@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.pipeline import run_demo_pipeline
-from storage import Workspace
+from ..storage import Workspace
+from .pipeline import run_demo_pipeline
 
 
 @flow(name="odqa-demo")

@@ -23,8 +23,8 @@ async def deployments_with_last_runs(api_url: str) -> list[dict[str, Any]]:
     from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.sorting import DeploymentSort, FlowRunSort, FlowSort
 
-    from flows.backend.auth import api_client
-    from flows.prefect_fixes import drop_null_filter_fields
+    from .backend.auth import api_client
+    from .prefect_fixes import drop_null_filter_fields
 
     drop_null_filter_fields()
     rows = []

@@ -28,23 +28,11 @@ from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
-from flows.concurrency_slots import gpu_slot
-from flows.console import tell
-from flows.runtime import flow_run_logs, stage_logger
-from flows.task_runners import (
-    RestoreTorchThreads,
-    RunnerSettings,
-    accelerator_request,
-    limit_threads,
-    mapping_runner,
-    on_cluster,
-    task_threads,
-)
-from models.retriever import load_retriever
-from models.workspace_search import dense_build, loaded_model
-from pipelines.dense.passage_diff import VectorReuse, write_keys
-from pipelines.dense.shard_plan import ShardRange, pending_shards
-from pipelines.dense.sharded_encoding import (
+from ..models.retriever import load_retriever
+from ..models.workspace_search import dense_build, loaded_model
+from ..pipelines.dense.passage_diff import VectorReuse, write_keys
+from ..pipelines.dense.shard_plan import ShardRange, pending_shards
+from ..pipelines.dense.sharded_encoding import (
     DEFAULT_SHARD_SIZE,
     EncodedCorpus,
     as_storage,
@@ -62,11 +50,23 @@ from pipelines.dense.sharded_encoding import (
     write_shard,
     written_shard,
 )
-from storage import Workspace
-from storage.index_layout import IndexLayout
-from storage.model_registry import ModelRef, resolve_model
-from storage.passages import PASSAGE_COLUMNS, passages_in_range, require_passages
-from storage.reports import Report
+from ..storage import Workspace
+from ..storage.index_layout import IndexLayout
+from ..storage.model_registry import ModelRef, resolve_model
+from ..storage.passages import PASSAGE_COLUMNS, passages_in_range, require_passages
+from ..storage.reports import Report
+from .concurrency_slots import gpu_slot
+from .console import tell
+from .runtime import flow_run_logs, stage_logger
+from .task_runners import (
+    RestoreTorchThreads,
+    RunnerSettings,
+    accelerator_request,
+    limit_threads,
+    mapping_runner,
+    on_cluster,
+    task_threads,
+)
 
 
 @dataclass

@@ -16,19 +16,19 @@ from typing import Any
 import pyarrow as pa
 from prefect import flow, task
 
-from flows.artifacts import publish_evaluation
-from flows.stages import finished_report
-from pipelines.evaluation.answers import MATCH_CHOICES, match_mode
-from pipelines.evaluation.metrics import DEFAULT_KS, metrics_table, qrels_from_questions, render_recall_plot
-from pipelines.evaluation.run_scores import SplitScores, score_split
-from storage import Workspace
-from storage.atomic import atomic_write_bytes
-from storage.fingerprint import fingerprint
-from storage.metrics import overall_metrics
-from storage.passages import passage_texts
-from storage.questions import EVALUATION_COLUMNS, load_questions, questions_with_ids, relevance_judgments
-from storage.reports import Report
-from storage.runs import evaluation_source, read_run, run_record_stage
+from ..pipelines.evaluation.answers import MATCH_CHOICES, match_mode
+from ..pipelines.evaluation.metrics import DEFAULT_KS, metrics_table, qrels_from_questions, render_recall_plot
+from ..pipelines.evaluation.run_scores import SplitScores, score_split
+from ..storage import Workspace
+from ..storage.atomic import atomic_write_bytes
+from ..storage.fingerprint import fingerprint
+from ..storage.metrics import overall_metrics
+from ..storage.passages import passage_texts
+from ..storage.questions import EVALUATION_COLUMNS, load_questions, questions_with_ids, relevance_judgments
+from ..storage.reports import Report
+from ..storage.runs import evaluation_source, read_run, run_record_stage
+from .artifacts import publish_evaluation
+from .stages import finished_report
 
 
 @dataclass

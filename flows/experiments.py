@@ -25,10 +25,7 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from flows.artifacts import publish_table
-from flows.compare import compare_flow
-from flows.recipe import RecipeReport, train_rounds_flow
-from pipelines.evaluation.experiment_table import (
+from ..pipelines.evaluation.experiment_table import (
     SIGNIFICANT_MARK,
     Comparison,
     Entry,
@@ -41,11 +38,14 @@ from pipelines.evaluation.experiment_table import (
     render_experiment_plot,
     significance_rows,
 )
-from pipelines.evaluation.metrics import DEFAULT_KS
-from storage import Workspace
-from storage.atomic import atomic_write_bytes
-from storage.experiments import experiment_model, experiment_plot, experiment_stage
-from storage.fingerprint import fingerprint
+from ..pipelines.evaluation.metrics import DEFAULT_KS
+from ..storage import Workspace
+from ..storage.atomic import atomic_write_bytes
+from ..storage.experiments import experiment_model, experiment_plot, experiment_stage
+from ..storage.fingerprint import fingerprint
+from .artifacts import publish_table
+from .compare import compare_flow
+from .recipe import RecipeReport, train_rounds_flow
 
 DUAL_ENCODER_ARCHS = ["sde", "ade", "ade-ste", "ade-fte", "ade-spl", "taser"]
 LABELS = {"sde": "SDE", "ade": "ADE", "dpr": "DPR", "ade-ste": "ADE-STE", "ade-fte": "ADE-FTE", "ade-spl": "ADE-SPL",

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from prefect import flow
 
-from models.export_st import export_sentence_transformers
-from models.retriever import load_retriever
-from pipelines.beir_export import write_beir_corpus, write_beir_qrels, write_beir_queries
-from storage import Workspace
-from storage.model_registry import resolve_model
-from storage.passages import PASSAGE_COLUMNS
-from storage.questions import load_questions
-from storage.reports import Report
+from ..models.export_st import export_sentence_transformers
+from ..models.retriever import load_retriever
+from ..pipelines.beir_export import write_beir_corpus, write_beir_qrels, write_beir_queries
+from ..storage import Workspace
+from ..storage.model_registry import resolve_model
+from ..storage.passages import PASSAGE_COLUMNS
+from ..storage.questions import load_questions
+from ..storage.reports import Report
 
 MODEL_FORMATS = ("sentence-transformers",)
 

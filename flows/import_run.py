@@ -7,14 +7,14 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.runtime import stage_logger
-from flows.stages import finished_report
-from pipelines.retrieval.trec import read_trec_run
-from storage import Workspace
-from storage.fingerprint import file_sha256, fingerprint
-from storage.questions import questions_with_ids
-from storage.reports import Report
-from storage.runs import check_run_name, evaluation_source, run_record_stage, run_source, with_run_name
+from ..pipelines.retrieval.trec import read_trec_run
+from ..storage import Workspace
+from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.questions import questions_with_ids
+from ..storage.reports import Report
+from ..storage.runs import check_run_name, evaluation_source, run_record_stage, run_source, with_run_name
+from .runtime import stage_logger
+from .stages import finished_report
 
 
 @dataclass

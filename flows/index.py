@@ -15,18 +15,18 @@ from typing import Any
 
 from prefect import flow, task
 
-from flows.console import tell
-from flows.encode import encode, encode_task, stored_dtype
-from flows.publish import publish_indexes
-from flows.runtime import flow_run_logs, stage_logger
-from flows.task_runners import RunnerSettings
-from models.workspace_search import LoadedModel, dense_build, dense_index_problem
-from pipelines.dense.faiss_index import INDEX_TYPES, IndexParams, build_faiss_index, read_index_metadata
-from pipelines.dense.index_planner import plan_embeddings
-from pipelines.dense.sharded_encoding import DEFAULT_SHARD_SIZE
-from storage import Workspace
-from storage.model_registry import ModelRef, resolve_model
-from storage.reports import Report
+from ..models.workspace_search import LoadedModel, dense_build, dense_index_problem
+from ..pipelines.dense.faiss_index import INDEX_TYPES, IndexParams, build_faiss_index, read_index_metadata
+from ..pipelines.dense.index_planner import plan_embeddings
+from ..pipelines.dense.sharded_encoding import DEFAULT_SHARD_SIZE
+from ..storage import Workspace
+from ..storage.model_registry import ModelRef, resolve_model
+from ..storage.reports import Report
+from .console import tell
+from .encode import encode, encode_task, stored_dtype
+from .publish import publish_indexes
+from .runtime import flow_run_logs, stage_logger
+from .task_runners import RunnerSettings
 
 
 @dataclass

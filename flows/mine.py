@@ -20,28 +20,28 @@ import pyarrow as pa
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.runtime import flow_run_logs, stage_logger
-from flows.searchers import dense_searcher
-from flows.stages import finished_report
-from flows.task_runners import (
+from ..models.workspace_search import dense_build, loaded_model, mine_questions, open_dense_index
+from ..pipelines.dense.faiss_index import gpu_count, read_index_metadata
+from ..pipelines.dense.mining import TRAINING_MODES, MiningResult, round_negatives
+from ..pipelines.evaluation.answers import MatchMode, match_mode
+from ..pipelines.search.dense_searcher import DenseSearcher
+from ..pipelines.search.searcher import QUESTION_CHUNK
+from ..storage import Workspace
+from ..storage.fingerprint import fingerprint
+from ..storage.index_layout import IndexLayout
+from ..storage.model_registry import resolve_model
+from ..storage.questions import load_questions, questions_fingerprint, set_hard_negatives
+from ..storage.reports import Report
+from .runtime import flow_run_logs, stage_logger
+from .searchers import dense_searcher
+from .stages import finished_report
+from .task_runners import (
     RestoreTorchThreads,
     RunnerSettings,
     limit_threads,
     mapping_runner,
     task_threads,
 )
-from models.workspace_search import dense_build, loaded_model, mine_questions, open_dense_index
-from pipelines.dense.faiss_index import gpu_count, read_index_metadata
-from pipelines.dense.mining import TRAINING_MODES, MiningResult, round_negatives
-from pipelines.evaluation.answers import MatchMode, match_mode
-from pipelines.search.dense_searcher import DenseSearcher
-from pipelines.search.searcher import QUESTION_CHUNK
-from storage import Workspace
-from storage.fingerprint import fingerprint
-from storage.index_layout import IndexLayout
-from storage.model_registry import resolve_model
-from storage.questions import load_questions, questions_fingerprint, set_hard_negatives
-from storage.reports import Report
 
 MINE_COLUMNS = ["question_id", "question", "answers", "positive_ids"]
 

@@ -10,20 +10,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from flows.stages import finished_report
-from pipelines.passage_formats import (
+from ..pipelines.passage_formats import (
     MAX_RECORD_BYTES,
     PassageFormatError,
     read_beir_corpus,
     read_dpr_tsv,
     write_dpr_tsv,
 )
-from pipelines.progress import progress
-from storage import Workspace
-from storage.fingerprint import file_sha256, fingerprint
-from storage.locks import writer_lock
-from storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
-from storage.reports import Report
+from ..pipelines.progress import progress
+from ..storage import Workspace
+from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.locks import writer_lock
+from ..storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
+from ..storage.reports import Report
+from .stages import finished_report
 
 READERS = {"dpr-tsv": read_dpr_tsv, "beir": read_beir_corpus}
 

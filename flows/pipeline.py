@@ -40,17 +40,17 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.states import State
 from pydantic import BaseModel, Field
 
-from flows.console import tell
-from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from flows.task_runners import RunnerSettings
-from pipelines.questions.specs import DatasetSpec
-from storage import Workspace
-from storage.demo_queries import DEMO_QUERIES
-from storage.fingerprint import file_sha256, fingerprint
-from storage.index_layout import IndexLayout
-from storage.metrics import recall_table
-from storage.model_registry import resolve_model
-from storage.reports import Report
+from ..pipelines.questions.specs import DatasetSpec
+from ..storage import Workspace
+from ..storage.demo_queries import DEMO_QUERIES
+from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.index_layout import IndexLayout
+from ..storage.metrics import recall_table
+from ..storage.model_registry import resolve_model
+from ..storage.reports import Report
+from .console import tell
+from .sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from .task_runners import RunnerSettings
 
 CACHE_FORMAT = 2  # bump when the meaning of a stage's parameters changes
 DEFAULT_KS = [1, 5, 20, 100]
@@ -256,14 +256,14 @@ def _sparql_endpoint(rdf: list[str], sparql: str | None) -> Iterator[str]:
     if sparql:
         yield sparql
         return
-    from flows.oxigraph import local_sparql_endpoint
+    from .oxigraph import local_sparql_endpoint
 
     with local_sparql_endpoint([Path(p) for p in rdf]) as url:
         yield url
 
 
 def _trex_stage(rdf: list[str], sparql: str | None, **kwargs: Any) -> Report:
-    from flows.questions import trex_questions_flow
+    from .questions import trex_questions_flow
 
     with _sparql_endpoint(rdf, sparql) as endpoint:
         return trex_questions_flow(sparql=endpoint, **kwargs)
@@ -274,20 +274,20 @@ def stage_flow(kind: str) -> Callable[..., Any]:
     if kind == "questions-trex":
         return _trex_stage
     module, name = {
-        "ingest-wikipedia": ("flows.wikipedia", "ingest_wikipedia_flow"),
-        "import-passages": ("flows.passages", "import_passages_flow"),
-        "ingest-categories": ("flows.categories", "ingest_categories_flow"),
-        "questions-paq": ("flows.questions", "paq_questions_flow"),
-        "import-questions": ("flows.questions", "import_questions_flow"),
-        "label-domains": ("flows.categories", "label_domains_flow"),
-        "bm25-index": ("flows.bm25", "bm25_index_flow"),
-        "negatives-bm25": ("flows.negatives", "bm25_negatives_flow"),
-        "train": ("flows.train", "train_flow"),
-        "index-build": ("flows.index", "index_build_flow"),
-        "mine": ("flows.mine", "mine_flow"),
-        "tune-hybrid": ("flows.tune_hybrid", "tune_hybrid_flow"),
-        "run": ("flows.retrieve", "retrieve_flow"),
-        "evaluate": ("flows.evaluate", "evaluate_flow"),
+        "ingest-wikipedia": ("odqa.flows.wikipedia", "ingest_wikipedia_flow"),
+        "import-passages": ("odqa.flows.passages", "import_passages_flow"),
+        "ingest-categories": ("odqa.flows.categories", "ingest_categories_flow"),
+        "questions-paq": ("odqa.flows.questions", "paq_questions_flow"),
+        "import-questions": ("odqa.flows.questions", "import_questions_flow"),
+        "label-domains": ("odqa.flows.categories", "label_domains_flow"),
+        "bm25-index": ("odqa.flows.bm25", "bm25_index_flow"),
+        "negatives-bm25": ("odqa.flows.negatives", "bm25_negatives_flow"),
+        "train": ("odqa.flows.train", "train_flow"),
+        "index-build": ("odqa.flows.index", "index_build_flow"),
+        "mine": ("odqa.flows.mine", "mine_flow"),
+        "tune-hybrid": ("odqa.flows.tune_hybrid", "tune_hybrid_flow"),
+        "run": ("odqa.flows.retrieve", "retrieve_flow"),
+        "evaluate": ("odqa.flows.evaluate", "evaluate_flow"),
     }[kind]
     return getattr(importlib.import_module(module), name)
 
@@ -512,7 +512,7 @@ def publish_results(ws: Workspace, table: pa.Table | None) -> None:
     """The results table as a Prefect artifact (with links to the recall plots)."""
     if table is None or table.num_rows == 0:
         return
-    from flows.artifacts import publish_table
+    from .artifacts import publish_table
 
     plots = [str(p) for p in ws.plots("recall-")]
     publish_table("odqa-pipeline-results", "Top-K retrieval accuracy of every retriever", table.to_pylist(), plots)
@@ -537,7 +537,7 @@ def run_demo_pipeline(
     settings are parameters so tests can run the same output path on a smaller pipeline.)"""
     import click
 
-    from flows.cli.sql import render
+    from .cli.sql import render
 
     ws = Workspace.resolve(workspace)
     click.echo(f"=== odqa pipeline on the bundled sample -> {ws.root} ===")

@@ -12,13 +12,13 @@ import numpy as np
 import pyarrow as pa
 from prefect import flow
 
-from models.workspace_search import loaded_model
-from pipelines.dense.tsne_plot import plot_towers, project_towers
-from storage import Workspace
-from storage.model_registry import resolve_model
-from storage.passages import passages_with_ids, random_passages
-from storage.questions import questions_of_splits
-from storage.reports import Report
+from ..models.workspace_search import loaded_model
+from ..pipelines.dense.tsne_plot import plot_towers, project_towers
+from ..storage import Workspace
+from ..storage.model_registry import resolve_model
+from ..storage.passages import passages_with_ids, random_passages
+from ..storage.questions import questions_of_splits
+from ..storage.reports import Report
 
 
 @dataclass

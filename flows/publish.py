@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flows.console import tell
-from storage import Workspace
-from storage.releases import Publication, publish
+from ..storage import Workspace
+from ..storage.releases import Publication, publish
+from .console import tell
 
 
 def publish_indexes(ws: Workspace, passages_version: str, *, default_model: str | None = None,

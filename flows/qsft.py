@@ -15,27 +15,27 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.index import ensure_dense_index
-from flows.runtime import flow_run_logs, stage_logger
-from flows.stages import finished_report
-from models.retriever import load_retriever
-from models.workspace_search import dense_build, loaded_model, open_dense_index
-from pipelines.dense.qsft import QsftConfig, query_side_finetune
-from pipelines.dense.sharded_encoding import EncodedCorpus
-from pipelines.evaluation.answers import match_mode
-from pipelines.questions.specs import DatasetSpec
-from storage import Workspace
-from storage.fingerprint import fingerprint
-from storage.model_registry import (
+from ..models.retriever import load_retriever
+from ..models.workspace_search import dense_build, loaded_model, open_dense_index
+from ..pipelines.dense.qsft import QsftConfig, query_side_finetune
+from ..pipelines.dense.sharded_encoding import EncodedCorpus
+from ..pipelines.evaluation.answers import match_mode
+from ..pipelines.questions.specs import DatasetSpec
+from ..storage import Workspace
+from ..storage.fingerprint import fingerprint
+from ..storage.model_registry import (
     check_model_id,
     model_is_registered,
     register_model,
     resolve_model,
     write_qsft_marker,
 )
-from storage.passages import all_passage_texts
-from storage.questions import load_questions, questions_fingerprint
-from storage.reports import Report
+from ..storage.passages import all_passage_texts
+from ..storage.questions import load_questions, questions_fingerprint
+from ..storage.reports import Report
+from .index import ensure_dense_index
+from .runtime import flow_run_logs, stage_logger
+from .stages import finished_report
 
 
 @dataclass

@@ -27,13 +27,11 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from prefect import flow, task
 
-from flows.runtime import stage_logger
-from flows.stages import finished_report
-from pipelines.questions.imports import FORMATS, dedupe_passages, import_questions
-from pipelines.questions.paq import PaqConfig, sample_paq
-from pipelines.questions.positives import find_positives
-from pipelines.questions.sparql import DEFAULT_USER_AGENT, SparqlTripleSource
-from pipelines.questions.splits import (
+from ..pipelines.questions.imports import FORMATS, dedupe_passages, import_questions
+from ..pipelines.questions.paq import PaqConfig, sample_paq
+from ..pipelines.questions.positives import find_positives
+from ..pipelines.questions.sparql import DEFAULT_USER_AGENT, SparqlTripleSource
+from ..pipelines.questions.splits import (
     THESIS_SEEN_RELATIONS,
     THESIS_UNSEEN_RELATIONS,
     SplitConfig,
@@ -41,19 +39,21 @@ from pipelines.questions.splits import (
     single_split,
     thesis_splits,
 )
-from pipelines.questions.templates import load_templates
-from pipelines.questions.triples import (
+from ..pipelines.questions.templates import load_templates
+from ..pipelines.questions.triples import (
     RELATION_ID,
     JsonlTripleSource,
     TrexTripleSource,
     Triple,
     check_relation_id,
 )
-from storage import Workspace
-from storage.articles import redirects
-from storage.fingerprint import file_sha256, fingerprint
-from storage.passages import passage_files
-from storage.reports import Report
+from ..storage import Workspace
+from ..storage.articles import redirects
+from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.passages import passage_files
+from ..storage.reports import Report
+from .runtime import stage_logger
+from .stages import finished_report
 
 THESIS_RELATIONS = THESIS_SEEN_RELATIONS + THESIS_UNSEEN_RELATIONS
 SPARQL_DEFAULT_SAMPLE = 20_000  # 10,000 for the splits (Table 3.1) + leftovers for the analysis sets

@@ -33,22 +33,12 @@ from typing import Any
 import pyarrow as pa
 from prefect import flow, task
 
-from flows.bm25 import bm25_index_flow
-from flows.console import tell
-from flows.evaluate import evaluate_flow
-from flows.index import index_build_flow
-from flows.mine import mine_flow
-from flows.negatives import bm25_negatives_flow
-from flows.retrieve import retrieve_flow
-from flows.runtime import stage_logger
-from flows.train import train_flow
-from flows.tune_hybrid import tune_hybrid_flow
-from pipelines.evaluation.experiment_table import k_order
-from pipelines.evaluation.metrics import DEFAULT_KS
-from pipelines.questions.holdout import split_holdout
-from pipelines.questions.specs import DatasetSpec
-from storage import Workspace
-from storage.experiments import (
+from ..pipelines.evaluation.experiment_table import k_order
+from ..pipelines.evaluation.metrics import DEFAULT_KS
+from ..pipelines.questions.holdout import split_holdout
+from ..pipelines.questions.specs import DatasetSpec
+from ..storage import Workspace
+from ..storage.experiments import (
     RECIPE,
     final_stage,
     fit_split,
@@ -60,11 +50,21 @@ from storage.experiments import (
     splits_stage,
     tune_split,
 )
-from storage.fingerprint import fingerprint
-from storage.metrics import overall_metrics
-from storage.model_registry import check_model_id, model_identity, model_is_registered, resolve_model
-from storage.questions import load_questions, questions_fingerprint
-from storage.schemas import SCHEMAS
+from ..storage.fingerprint import fingerprint
+from ..storage.metrics import overall_metrics
+from ..storage.model_registry import check_model_id, model_identity, model_is_registered, resolve_model
+from ..storage.questions import load_questions, questions_fingerprint
+from ..storage.schemas import SCHEMAS
+from .bm25 import bm25_index_flow
+from .console import tell
+from .evaluate import evaluate_flow
+from .index import index_build_flow
+from .mine import mine_flow
+from .negatives import bm25_negatives_flow
+from .retrieve import retrieve_flow
+from .runtime import stage_logger
+from .train import train_flow
+from .tune_hybrid import tune_hybrid_flow
 
 MODES = ("single-set", "multi-set")
 

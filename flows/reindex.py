@@ -31,22 +31,22 @@ from typing import Any, ClassVar
 
 from prefect import flow
 
-from flows.artifacts import publish_table
-from flows.bm25 import build_bm25
-from flows.encode import encode
-from flows.incoming import default_source, look_at
-from flows.index import index_params, index_task
-from flows.passages import import_passages_flow
-from flows.publish import publish_indexes
-from flows.runtime import flow_run_logs, stage_logger
-from flows.task_runners import RunnerSettings
-from flows.wikipedia import ingest_dump_incremental, ingest_wikipedia_flow
-from storage import Workspace
-from storage.metrics import metric_rows, numeric_figures
-from storage.model_registry import newest_model, resolve_model
-from storage.passages import require_passages
-from storage.releases import current_release, reindex_lock
-from storage.reports import Report
+from ..storage import Workspace
+from ..storage.metrics import metric_rows, numeric_figures
+from ..storage.model_registry import newest_model, resolve_model
+from ..storage.passages import require_passages
+from ..storage.releases import current_release, reindex_lock
+from ..storage.reports import Report
+from .artifacts import publish_table
+from .bm25 import build_bm25
+from .encode import encode
+from .incoming import default_source, look_at
+from .index import index_params, index_task
+from .passages import import_passages_flow
+from .publish import publish_indexes
+from .runtime import flow_run_logs, stage_logger
+from .task_runners import RunnerSettings
+from .wikipedia import ingest_dump_incremental, ingest_wikipedia_flow
 
 
 @dataclass

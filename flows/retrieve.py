@@ -17,21 +17,17 @@ import pyarrow as pa
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.runtime import flow_run_logs, stage_logger
-from flows.searchers import RetrieverChoice, open_searcher
-from flows.stages import finished_report
-from flows.task_runners import RunnerSettings
-from models.workspace_search import bm25_searcher
-from pipelines.dense.hybrid import DEFAULT_DEPTH
-from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
-from pipelines.retrieval.run_cards import write_run_card
-from pipelines.retrieval.trec import write_trec_run
-from pipelines.search.searcher import search_run
-from storage import Workspace
-from storage.fingerprint import fingerprint
-from storage.questions import load_questions, questions_fingerprint
-from storage.reports import Report
-from storage.runs import (
+from ..models.workspace_search import bm25_searcher
+from ..pipelines.dense.hybrid import DEFAULT_DEPTH
+from ..pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
+from ..pipelines.retrieval.run_cards import write_run_card
+from ..pipelines.retrieval.trec import write_trec_run
+from ..pipelines.search.searcher import search_run
+from ..storage import Workspace
+from ..storage.fingerprint import fingerprint
+from ..storage.questions import load_questions, questions_fingerprint
+from ..storage.reports import Report
+from ..storage.runs import (
     check_run_name,
     evaluation_source,
     read_run,
@@ -39,6 +35,10 @@ from storage.runs import (
     run_source,
     with_run_name,
 )
+from .runtime import flow_run_logs, stage_logger
+from .searchers import RetrieverChoice, open_searcher
+from .stages import finished_report
+from .task_runners import RunnerSettings
 
 
 @dataclass

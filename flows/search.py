@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from storage import Workspace
-from storage.passages import passages_by_id
+from ..storage import Workspace
+from ..storage.passages import passages_by_id
 
 if TYPE_CHECKING:
-    from pipelines.search.searcher import Searcher
+    from ..pipelines.search.searcher import Searcher
 
 RETRIEVERS = ("bm25", "dense", "hybrid")
 HYBRID_DEPTH = 100  # candidates taken from each side before fusion (TASER's K')
@@ -46,13 +46,13 @@ class SearchSession:
         self.searcher = self._open(retriever, model, alpha, index_type)
 
     def _open(self, retriever: str, model: str | None, alpha: float | None, index_type: str) -> Searcher:
-        from models.workspace_search import bm25_searcher
+        from ..models.workspace_search import bm25_searcher
 
         if retriever == "bm25":
             return bm25_searcher(self.ws)
-        from models.workspace_search import dense_searcher
-        from storage.index_layout import IndexLayout
-        from storage.model_registry import resolve_model
+        from ..models.workspace_search import dense_searcher
+        from ..storage.index_layout import IndexLayout
+        from ..storage.model_registry import resolve_model
 
         ref = resolve_model(self.ws, model)  # type: ignore[arg-type]
         if retriever == "hybrid":
@@ -63,7 +63,7 @@ class SearchSession:
         dense = dense_searcher(self.ws, ref, index_type)
         if retriever == "dense":
             return dense
-        from pipelines.search.hybrid_searcher import HybridSearcher
+        from ..pipelines.search.hybrid_searcher import HybridSearcher
 
         return HybridSearcher(dense, bm25_searcher(self.ws), self.alpha, HYBRID_DEPTH)  # type: ignore[arg-type]
 

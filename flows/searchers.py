@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from flows.index import ensure_dense_index
-from models.workspace_search import bm25_searcher, loaded_model, open_dense_index, tuned_alpha
-from pipelines.dense.hybrid import DEFAULT_DEPTH
-from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
-from pipelines.retrieval.java import ensure_java
-from pipelines.search.dense_searcher import DenseSearcher
-from pipelines.search.hybrid_searcher import HybridSearcher
-from pipelines.search.searcher import Searcher
-from storage import Workspace
-from storage.model_registry import ModelRef, resolve_model
+from ..models.workspace_search import bm25_searcher, loaded_model, open_dense_index, tuned_alpha
+from ..pipelines.dense.hybrid import DEFAULT_DEPTH
+from ..pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
+from ..pipelines.retrieval.java import ensure_java
+from ..pipelines.search.dense_searcher import DenseSearcher
+from ..pipelines.search.hybrid_searcher import HybridSearcher
+from ..pipelines.search.searcher import Searcher
+from ..storage import Workspace
+from ..storage.model_registry import ModelRef, resolve_model
+from .index import ensure_dense_index
 
 RetrieverKind = Literal["bm25", "dense", "hybrid"]
 RETRIEVER_KINDS: tuple[RetrieverKind, ...] = ("bm25", "dense", "hybrid")

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.backend.auth import AUTH_FILE, client_auth_string
-from flows.backend.local_server import (
+from .backend.auth import AUTH_FILE, client_auth_string
+from .backend.local_server import (
     ServerPaths,
     ensure_server,
     read_record,
@@ -33,9 +33,9 @@ from flows.backend.local_server import (
     temporary_server,
     workspace_database,
 )
-from flows.concurrency_slots import gpu_slots
-from flows.deployment_forms import deploy_typed_forms
-from flows.prefect_fixes import drop_null_filter_fields
+from .concurrency_slots import gpu_slots
+from .deployment_forms import deploy_typed_forms
+from .prefect_fixes import drop_null_filter_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POOL = "odqa-process"
@@ -61,8 +61,8 @@ def prefect_env(api_url: str, workspace: Path | None = None, home: Path | None =
 def prefect(args: list[str], env: dict[str, str], timeout: float = 600) -> str:
     """Run the Prefect CLI of this interpreter; a failure raises with the CLI's output.
 
-    Goes through `python -m flows.server prefect ...` so the CLI runs with the 3.8.8 fixes below."""
-    command = [sys.executable, "-m", "flows.server", "prefect", *args]
+    Goes through `python -m odqa.flows.server prefect ...` so the CLI runs with the 3.8.8 fixes below."""
+    command = [sys.executable, "-m", "odqa.flows.server", "prefect", *args]
     done = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     if done.returncode != 0:
@@ -126,7 +126,7 @@ def local_prefect(
 
 
 def run_prefect_cli(args: list[str]) -> int:
-    """`python -m flows.server prefect ARGS`: the Prefect CLI with `drop_null_filter_fields` applied and
+    """`python -m odqa.flows.server prefect ARGS`: the Prefect CLI with `drop_null_filter_fields` applied and
     typed Custom run forms for what it deploys (`flows.deployment_forms`)."""
     drop_null_filter_fields()
     deploy_typed_forms()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from flows.runtime import stage_logger
-from storage import Workspace
-from storage.reports import Report
+from ..storage import Workspace
+from ..storage.reports import Report
+from .runtime import stage_logger
 
 R = TypeVar("R", bound=Report)
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
-from pipelines.dense.shard_plan import threads_per_task
+from ..pipelines.dense.shard_plan import threads_per_task
 
 DASK_ADDRESS_ENV = "ODQA_DASK_ADDRESS"
 ACCELERATOR = "GPU"  # the Dask worker resource an encoding task asks one unit of

@@ -34,25 +34,20 @@ from typing import Any, ClassVar
 
 from prefect import flow, task
 
-from flows.artifacts import publish_training
-from flows.concurrency_slots import gpu_slot
-from flows.console import tell
-from flows.runtime import flow_run_logs, run_log_env, stage_logger
-from flows.stages import finished_report
-from models.config import ARCHS, DESIRE_ME_ARCHS
-from models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
-from models.dev_eval import dev_pool
-from models.job import TrainingJob, TrainSet, run_job
-from models.resume import resume_decision
-from models.trainer import changed_auto_precision
-from models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
-from pipelines.questions.specs import DatasetSpec
-from storage import Workspace
-from storage.atomic import atomic_write_json
-from storage.fingerprint import fingerprint
-from storage.locks import writer_lock
-from storage.metrics import metric_order
-from storage.model_registry import (
+from ..models.config import ARCHS, DESIRE_ME_ARCHS
+from ..models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
+from ..models.dev_eval import dev_pool
+from ..models.job import TrainingJob, TrainSet, run_job
+from ..models.resume import resume_decision
+from ..models.trainer import changed_auto_precision
+from ..models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
+from ..pipelines.questions.specs import DatasetSpec
+from ..storage import Workspace
+from ..storage.atomic import atomic_write_json
+from ..storage.fingerprint import fingerprint
+from ..storage.locks import writer_lock
+from ..storage.metrics import metric_order
+from ..storage.model_registry import (
     check_model_id,
     model_dir,
     model_identity,
@@ -62,9 +57,14 @@ from storage.model_registry import (
     training_dir,
     training_examples_file,
 )
-from storage.passages import passages_with_ids
-from storage.questions import load_questions
-from storage.reports import Report
+from ..storage.passages import passages_with_ids
+from ..storage.questions import load_questions
+from ..storage.reports import Report
+from .artifacts import publish_training
+from .concurrency_slots import gpu_slot
+from .console import tell
+from .runtime import flow_run_logs, run_log_env, stage_logger
+from .stages import finished_report
 
 STAGE_PREFIX = "train"
 LAUNCH_FILE = "launch.json"  # node 0's job is ready for the other nodes (its stage fingerprint, endpoint)
@@ -125,9 +125,9 @@ def ensure_hard_negatives(ws: Workspace, spec: DatasetSpec, count: int) -> None:
     """A training that asks for hard negatives gets them: a split whose questions have none gets
     DPR's BM25 negatives first (`odqa negatives bm25`, `count` per question), said on the terminal;
     without a BM25 index to build them from, the training is refused naming the commands."""
-    from flows.negatives import bm25_negatives_flow
-    from pipelines.retrieval.bm25 import IndexMissingError
-    from pipelines.retrieval.negatives import MAX_HARD_NEGATIVES
+    from ..pipelines.retrieval.bm25 import IndexMissingError
+    from ..pipelines.retrieval.negatives import MAX_HARD_NEGATIVES
+    from .negatives import bm25_negatives_flow
 
     stored = load_questions(ws, spec.dataset, spec.split, ["hard_negative_ids"]).column("hard_negative_ids")
     if any(stored.to_pylist()):
@@ -193,7 +193,7 @@ class Launch:
             f"--nnodes={self.nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={self.rdzv_endpoint}",
             f"--rdzv-id={run_id}", f"--rdzv-conf=is_host={int(self.node_rank == 0)}"]  # fmt: skip
         return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc_per_node={self.gpus}",
-                "-m", "flows.train_worker", job_file]  # fmt: skip
+                "-m", "odqa.flows.train_worker", job_file]  # fmt: skip
 
 
 def describe_devices(gpus: int) -> str | None:

@@ -2,15 +2,15 @@
 records (rank 0's training progress) sent to the parent flow run's logs.
 
 `models/` must not import Prefect, so the rank entry point lives here; the flow starts it as
-``torchrun ... -m flows.train_worker JOB.json`` with ``flows.runtime.run_log_env()`` set.
+``torchrun ... -m odqa.flows.train_worker JOB.json`` with ``flows.runtime.run_log_env()`` set.
 """
 
 from __future__ import annotations
 
 import sys
 
-from flows.runtime import adopt_flow_run_from_env
-from models.job import main
+from ..models.job import main
+from .runtime import adopt_flow_run_from_env
 
 if __name__ == "__main__":
     adopt_flow_run_from_env()

@@ -15,23 +15,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow
 
-from flows.publish import publish_indexes
-from flows.runtime import flow_run_logs, stage_logger
-from flows.searchers import RetrieverChoice, open_searcher
-from flows.stages import finished_report
-from pipelines.dense.hybrid import candidate_hits, tune_alpha
-from pipelines.evaluation.answers import match_mode
-from pipelines.questions.specs import DatasetSpec
-from pipelines.search.hybrid_searcher import HybridSearcher
-from pipelines.search.searcher import QUESTION_CHUNK
-from storage import Workspace
-from storage.fingerprint import fingerprint
-from storage.index_layout import IndexLayout
-from storage.metrics import metric_rows
-from storage.passages import passage_texts
-from storage.questions import load_questions, questions_fingerprint
-from storage.releases import current_release
-from storage.reports import Report
+from ..pipelines.dense.hybrid import candidate_hits, tune_alpha
+from ..pipelines.evaluation.answers import match_mode
+from ..pipelines.questions.specs import DatasetSpec
+from ..pipelines.search.hybrid_searcher import HybridSearcher
+from ..pipelines.search.searcher import QUESTION_CHUNK
+from ..storage import Workspace
+from ..storage.fingerprint import fingerprint
+from ..storage.index_layout import IndexLayout
+from ..storage.metrics import metric_rows
+from ..storage.passages import passage_texts
+from ..storage.questions import load_questions, questions_fingerprint
+from ..storage.releases import current_release
+from ..storage.reports import Report
+from .publish import publish_indexes
+from .runtime import flow_run_logs, stage_logger
+from .searchers import RetrieverChoice, open_searcher
+from .stages import finished_report
 
 QUESTION_COLUMNS = ["question_id", "question", "answers"]
 

@@ -24,12 +24,9 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 
-from flows.runtime import stage_logger
-from flows.stages import finished_report
-from flows.task_runners import RunnerSettings, mapping_runner
-from pipelines.progress import progress
-from pipelines.wikipedia.dump_reader import RawPage
-from pipelines.wikipedia.ingest import (
+from ..pipelines.progress import progress
+from ..pipelines.wikipedia.dump_reader import RawPage
+from ..pipelines.wikipedia.ingest import (
     ChunkResult,
     IngestOptions,
     iter_chunks,
@@ -37,12 +34,15 @@ from pipelines.wikipedia.ingest import (
     ordered_results,
     process_chunk,
 )
-from pipelines.wikipedia.page_diff import DiffCounts, PageHashes, PageHashWriter, PreviousRows, diff_chunks
-from storage import Workspace
-from storage.fingerprint import file_sha256, fingerprint
-from storage.ingest_state import forget_page_hashes, page_hashes_file, page_hashes_meta, record_page_hashes
-from storage.reports import Report
-from storage.tables import table_dataset
+from ..pipelines.wikipedia.page_diff import DiffCounts, PageHashes, PageHashWriter, PreviousRows, diff_chunks
+from ..storage import Workspace
+from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.ingest_state import forget_page_hashes, page_hashes_file, page_hashes_meta, record_page_hashes
+from ..storage.reports import Report
+from ..storage.tables import table_dataset
+from .runtime import stage_logger
+from .stages import finished_report
+from .task_runners import RunnerSettings, mapping_runner
 
 STAGE = "ingest-wikipedia"
 SOURCE = "wikipedia"

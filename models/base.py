@@ -29,10 +29,10 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from models.buckets import Buckets, embed_rows
-from models.config import RetrieverConfig
-from pipelines.progress import progress
-from storage.atomic import building_directory
+from ..pipelines.progress import progress
+from ..storage.atomic import building_directory
+from .buckets import Buckets, embed_rows
+from .config import RetrieverConfig
 
 Inputs = dict[str, torch.Tensor]
 # Fast tokenizers keep per-call padding/truncation state: calls from several threads take turns.

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from models.base import Inputs, Retriever
-from models.buckets import Buckets, bucketed
-from storage.atomic import write_parquet_atomic
+from ..storage.atomic import write_parquet_atomic
+from .base import Inputs, Retriever
+from .buckets import Buckets, bucketed
 
 Passage = tuple[str, str]  # (title, text)
 

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from models.base import Inputs, Retriever, RetrieverOutput, freeze
-from models.buckets import Buckets, embed_rows
-from models.config import DESIRE_ME_ARCHS, RetrieverConfig
-from models.losses import domain_bce
+from .base import Inputs, Retriever, RetrieverOutput, freeze
+from .buckets import Buckets, embed_rows
+from .config import DESIRE_ME_ARCHS, RetrieverConfig
+from .losses import domain_bce
 
 
 class DomainGate(nn.Module):

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from models.base import Retriever
-from models.data import TrainingExample
-from pipelines.progress import log as progress_log
+from ..pipelines.progress import log as progress_log
+from .base import Retriever
+from .data import TrainingExample
 
 DevEvaluator = Callable[[Retriever], dict[str, float]]
 

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from models.backbone import pool
-from models.base import Inputs, Retriever, freeze
-from models.config import BI_ENCODER_ARCHS, RetrieverConfig
+from .backbone import pool
+from .base import Inputs, Retriever, freeze
+from .config import BI_ENCODER_ARCHS, RetrieverConfig
 
 
 class TextTower(nn.Module):

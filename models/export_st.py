@@ -27,12 +27,12 @@ from typing import Any
 
 from torch import nn
 
-from models.backbone import build_encoder, quiet_transformers
-from models.base import Retriever
-from models.config import DESIRE_ME_ARCHS, TASER_ARCHS
-from models.encoders import BiEncoder
-from models.taser import TaserRetriever
-from storage.atomic import building_directory
+from ..storage.atomic import building_directory
+from .backbone import build_encoder, quiet_transformers
+from .base import Retriever
+from .config import DESIRE_ME_ARCHS, TASER_ARCHS
+from .encoders import BiEncoder
+from .taser import TaserRetriever
 
 # The expert's modules and the BERT FFN modules they were copied from (models/taser.py).
 _EXPERT_TO_BERT = {"dense_in": "intermediate.dense", "dense_out": "output.dense", "LayerNorm": "output.LayerNorm"}

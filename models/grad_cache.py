@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 import torch
 
-from models.base import Retriever
-from models.buckets import Buckets
-from models.config import BI_ENCODER_ARCHS
-from models.data import Batch
-from models.losses import duplicate_positive_mask
+from .base import Retriever
+from .buckets import Buckets
+from .config import BI_ENCODER_ARCHS
+from .data import Batch
+from .losses import duplicate_positive_mask
 
 Encode = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 

@@ -4,7 +4,7 @@ The caller (the Prefect flow) writes the training examples as Parquet files and 
 `run_job` builds the retriever, trains it and writes the result JSON. Multi-GPU training runs
 the very same job with::
 
-    torchrun --nproc_per_node N -m models.job JOB.json
+    torchrun --nproc_per_node N -m odqa.models.job JOB.json
 
 so every rank reads identical examples and settings, and rank 0 writes the result.
 """
@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from models.data import MultiSetSampler, read_examples
-from models.dev_eval import InMemoryDevEvaluator
-from models.retriever import create_retriever
-from models.trainer import Trainer, TrainingConfig, TrainResult
-from storage.atomic import atomic_write_json
+from ..storage.atomic import atomic_write_json
+from .data import MultiSetSampler, read_examples
+from .dev_eval import InMemoryDevEvaluator
+from .retriever import create_retriever
+from .trainer import Trainer, TrainingConfig, TrainResult
 
 
 @dataclass
@@ -81,7 +81,7 @@ def run_job(job: TrainingJob) -> TrainResult:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m models.job JOB.json  (or under torchrun)", file=sys.stderr)
+        print("usage: python -m odqa.models.job JOB.json  (or under torchrun)", file=sys.stderr)
         return 2
     try:
         run_job(TrainingJob.read(Path(args[0])))

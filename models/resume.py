@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from models.training_state import STATE_FILE, is_checkpoint, recover_checkpoint
-from storage.atomic import atomic_write_json
+from ..storage.atomic import atomic_write_json
+from .training_state import STATE_FILE, is_checkpoint, recover_checkpoint
 
 RUN_FILE = "run.json"  # the stage fingerprint and parameters the checkpoint beside it belongs to
 

@@ -2,7 +2,7 @@
 
 Encoding and search code only needs::
 
-    from models.retriever import Retriever, load_retriever
+    from .retriever import Retriever, load_retriever
     retriever = load_retriever(path_or_name)           # any odqa model folder or HF/ST checkpoint
     q = retriever.encode_questions(texts)               # float32 (n, retriever.embedding_dim)
     p = retriever.encode_passages(titles, texts)        # "title [SEP] text", as DPR
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from models.backbone import (
+from .backbone import (
     build_encoder,
     encoder_config_dict,
     load_pretrained_encoder,
@@ -28,8 +28,8 @@ from models.backbone import (
     refuse_pickles,
     sentence_transformer_settings,
 )
-from models.base import CONFIG_NAME, WEIGHTS_NAME, Retriever, RetrieverOutput, load_weights
-from models.config import (
+from .base import CONFIG_NAME, WEIGHTS_NAME, Retriever, RetrieverOutput, load_weights
+from .config import (
     ARCHS,
     BI_ENCODER_ARCHS,
     DESIRE_ME_ARCHS,
@@ -38,9 +38,9 @@ from models.config import (
     TaserConfig,
     is_retriever_config,
 )
-from models.desire_me import DesireMeRetriever
-from models.encoders import BiEncoder
-from models.taser import TaserRetriever
+from .desire_me import DesireMeRetriever
+from .encoders import BiEncoder
+from .taser import TaserRetriever
 
 __all__ = ["Retriever", "RetrieverOutput", "create_retriever", "load_retriever", "build_retriever"]
 

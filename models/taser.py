@@ -28,11 +28,11 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from models.backbone import pool
-from models.base import Inputs, Retriever, RetrieverOutput
-from models.buckets import Buckets, embed_rows
-from models.config import TASER_ARCHS, RetrieverConfig, TaserConfig
-from models.losses import routing_entropy
+from .backbone import pool
+from .base import Inputs, Retriever, RetrieverOutput
+from .buckets import Buckets, embed_rows
+from .config import TASER_ARCHS, RetrieverConfig, TaserConfig
+from .losses import routing_entropy
 
 
 def specialized_layer_indices(num_layers: int, shared_blocks: int) -> list[int]:

@@ -36,23 +36,23 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from models.base import WEIGHTS_NAME, Retriever, load_weights
-from models.config import DESIRE_ME_ARCHS
-from models.cpu_features import cpu_has_bf16_units
-from models.data import Batch, MultiSetSampler, TrainingExample, collate, derived_seed
-from models.dev_eval import DevEvaluator
-from models.distributed import (
+from ..pipelines.progress import Progress
+from ..storage.atomic import atomic_write_json, replace_directory
+from .base import WEIGHTS_NAME, Retriever, load_weights
+from .config import DESIRE_ME_ARCHS
+from .cpu_features import cpu_has_bf16_units
+from .data import Batch, MultiSetSampler, TrainingExample, collate, derived_seed
+from .dev_eval import DevEvaluator
+from .distributed import (
     DistributedContext,
     barrier,
     gather_with_local_grad,
     init_distributed,
     main_decides,
 )
-from models.grad_cache import cached_forward_backward, supports_grad_cache
-from models.losses import OBJECTIVES, duplicate_positive_mask, objective
-from models.training_state import is_checkpoint, read_training_files, write_training_files
-from pipelines.progress import Progress
-from storage.atomic import atomic_write_json, replace_directory
+from .grad_cache import cached_forward_backward, supports_grad_cache
+from .losses import OBJECTIVES, duplicate_positive_mask, objective
+from .training_state import is_checkpoint, read_training_files, write_training_files
 
 AMP_MODES = ("auto", "bf16", "fp16", "none")
 SNAPSHOT_FILE = "snapshot.json"  # in each snapshot folder: step, elapsed_s, cpu_s, examples, precision

@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1, IndexMissingError, open_bm25_index
-from pipelines.search.bm25_searcher import Bm25Searcher
-from pipelines.search.searcher import Searcher, search_run
-from storage.index_layout import DenseBuild, IndexLayout
-from storage.model_registry import ModelRef
-from storage.passages import passage_texts, require_passages
-from storage.workspace import Workspace
+from ..pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1, IndexMissingError, open_bm25_index
+from ..pipelines.search.bm25_searcher import Bm25Searcher
+from ..pipelines.search.searcher import Searcher, search_run
+from ..storage.index_layout import DenseBuild, IndexLayout
+from ..storage.model_registry import ModelRef
+from ..storage.passages import passage_texts, require_passages
+from ..storage.workspace import Workspace
 
 if TYPE_CHECKING:  # torch and FAISS are imported where a dense search needs them: a BM25 one never does
-    from models.base import Retriever
-    from pipelines.dense.faiss_index import DenseIndex
-    from pipelines.dense.mining import MiningResult
-    from pipelines.evaluation.answers import MatchMode
-    from pipelines.search.dense_searcher import DenseSearcher
+    from ..pipelines.dense.faiss_index import DenseIndex
+    from ..pipelines.dense.mining import MiningResult
+    from ..pipelines.evaluation.answers import MatchMode
+    from ..pipelines.search.dense_searcher import DenseSearcher
+    from .base import Retriever
 
 _local = threading.local()  # per thread: path -> (files stamp, LoadedModel), most recent last
 MODELS_PER_THREAD = 3  # a pipeline run goes through many models: keep the last few, not all
@@ -54,7 +54,7 @@ def loaded_model(path: str) -> LoadedModel:
     """The model at `path` with its fingerprint, loaded once per thread, and again when the model
     was saved anew (workers and services outlive training runs). One per thread because a model
     being trained or moved between devices must not be shared with another thread's work."""
-    from models.retriever import load_retriever
+    from .retriever import load_retriever
 
     cache: dict[str, tuple[tuple, LoadedModel]] = _local.__dict__.setdefault("models", {})
     stamp = _files_stamp(path)
@@ -85,8 +85,8 @@ def dense_index_problem(ws: Workspace, ref: ModelRef, index_type: str,
                         question_model: LoadedModel | None = None) -> str | None:  # fmt: skip
     """Why the model's `index_type` index cannot answer now (missing; stale because the passages or
     the passage encoder changed), or None."""
-    from pipelines.dense.faiss_index import read_index_metadata
-    from pipelines.search.freshness import dense_index_problem as index_problem_of
+    from ..pipelines.dense.faiss_index import read_index_metadata
+    from ..pipelines.search.freshness import dense_index_problem as index_problem_of
 
     build = dense_build(ws, ref)
     meta = read_index_metadata(build.index(index_type))
@@ -103,7 +103,7 @@ def dense_index_problem(ws: Workspace, ref: ModelRef, index_type: str,
 def require_dense_index(ws: Workspace, ref: ModelRef, index_type: str) -> Path:
     """The folder of the model's `index_type` index for the current passages, or FileNotFoundError
     naming the command that builds it (checked before any model is loaded: that takes seconds)."""
-    from pipelines.dense.faiss_index import read_index_metadata
+    from ..pipelines.dense.faiss_index import read_index_metadata
 
     folder = dense_build(ws, ref).index(index_type)
     if read_index_metadata(folder) is None:
@@ -116,7 +116,7 @@ def open_dense_index(ws: Workspace, ref: ModelRef, index_type: str, question_mod
                      ) -> DenseIndex:  # fmt: skip
     """The model's index for the current passages, refused (FileNotFoundError / StaleIndexError)
     when missing or built for other passages or weights."""
-    from pipelines.dense.faiss_index import open_faiss_index
+    from ..pipelines.dense.faiss_index import open_faiss_index
 
     build = dense_build(ws, ref)
     folder = require_dense_index(ws, ref, index_type)
@@ -126,7 +126,7 @@ def open_dense_index(ws: Workspace, ref: ModelRef, index_type: str, question_mod
 
 def dense_searcher(ws: Workspace, ref: ModelRef, index_type: str = "flat") -> DenseSearcher:
     """Search the model's index with its question encoder (both checked, see `open_dense_index`)."""
-    from pipelines.search.dense_searcher import DenseSearcher
+    from ..pipelines.search.dense_searcher import DenseSearcher
 
     require_dense_index(ws, ref, index_type)
     question_model = loaded_model(ref.path)
@@ -159,7 +159,7 @@ def mine_questions(ws: Workspace, searcher: Searcher, questions: pa.Table, depth
                    mode: MatchMode) -> MiningResult:  # fmt: skip
     """Hard negatives of `questions` (question_id, question, answers, positive_ids): each one's top
     `depth` passages minus gold and answer-bearing ones, the best `count` kept."""
-    from pipelines.dense.mining import mine_hard_negatives
+    from ..pipelines.dense.mining import mine_hard_negatives
 
     run = pa.concat_tables(list(search_run(searcher, questions, depth)))
     texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False)

@@ -16,8 +16,8 @@ has the whole tour; `odqa.langchain` holds a LangChain retriever (extra `odqa[la
 
 from __future__ import annotations
 
-from api.encoders import BeirRetriever, load_retriever
-from api.search import Hit, Searcher
-from api.workspace import Workspace, open_workspace
+from .api.encoders import BeirRetriever, load_retriever
+from .api.search import Hit, Searcher
+from .api.workspace import Workspace, open_workspace
 
 __all__ = ["BeirRetriever", "Hit", "Searcher", "Workspace", "load_retriever", "open_workspace"]

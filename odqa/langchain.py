@@ -1,6 +1,6 @@
 """A LangChain retriever over odqa: a workspace searched in this process, or a running `odqa serve`.
 
-    from odqa.langchain import OdqaRetriever
+    from .langchain import OdqaRetriever
 
     local = OdqaRetriever(workspace="workspace", retriever="dense", model="dpr", k=5)
     remote = OdqaRetriever(url="http://127.0.0.1:8000", retriever="hybrid", k=5)
@@ -22,8 +22,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import PrivateAttr, model_validator
 
-from api.search import Searcher
-from api.workspace import open_workspace
+from .api.search import Searcher
+from .api.workspace import open_workspace
 
 
 class OdqaRetriever(BaseRetriever):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage.atomic import atomic_text_file
+from ..storage.atomic import atomic_text_file
 
 QRELS_HEADER = "query-id\tcorpus-id\tscore"
 

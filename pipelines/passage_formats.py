@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage.atomic import atomic_text_file
+from ..storage.atomic import atomic_text_file
 
 DPR_TSV_HEADER = ["id", "text", "title"]
 PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]

@@ -37,13 +37,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pipelines.search.hits import Hits, Ranked
-from pipelines.search.hybrid_searcher import fused_hits
-from service.releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
-from service.rest_v1 import rest_v1_router
-from service.validation import MAX_QUESTION_CHARS, checked_text
-from storage import Workspace
-from storage.releases import NoReleaseError
+from ..pipelines.search.hits import Hits, Ranked
+from ..pipelines.search.hybrid_searcher import fused_hits
+from ..storage import Workspace
+from ..storage.releases import NoReleaseError
+from .releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
+from .rest_v1 import rest_v1_router
+from .validation import MAX_QUESTION_CHARS, checked_text
 
 log = logging.getLogger("odqa.serve")
 

@@ -30,17 +30,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from models.retriever import load_retriever
-from pipelines.dense.faiss_index import open_faiss_index
-from pipelines.microbatch import MicroBatcher
-from pipelines.retrieval.bm25 import open_bm25_index
-from pipelines.search.bm25_searcher import Bm25Searcher
-from pipelines.search.dense_searcher import DenseSearcher
-from pipelines.search.hits import Hits, Ranked
-from storage import Workspace
-from storage.model_registry import resolve_model
-from storage.passages import passages_by_id
-from storage.releases import DenseRelease, NoReleaseError, Release, pointer_path, read_pointer
+from ..models.retriever import load_retriever
+from ..pipelines.dense.faiss_index import open_faiss_index
+from ..pipelines.microbatch import MicroBatcher
+from ..pipelines.retrieval.bm25 import open_bm25_index
+from ..pipelines.search.bm25_searcher import Bm25Searcher
+from ..pipelines.search.dense_searcher import DenseSearcher
+from ..pipelines.search.hits import Hits, Ranked
+from ..storage import Workspace
+from ..storage.model_registry import resolve_model
+from ..storage.passages import passages_by_id
+from ..storage.releases import DenseRelease, NoReleaseError, Release, pointer_path, read_pointer
 
 log = logging.getLogger("odqa.serve")
 

@@ -23,9 +23,9 @@ import orjson
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from pipelines.search.hits import Ranked
-from service.releases import LoadedRelease, ReleaseHolder, model_display_name
-from service.validation import checked_text
+from ..pipelines.search.hits import Ranked
+from .releases import LoadedRelease, ReleaseHolder, model_display_name
+from .validation import checked_text
 
 RETRIEVERS = ("bm25", "dense", "hybrid")
 

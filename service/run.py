@@ -7,9 +7,9 @@ import logging
 import os
 import signal
 
-from service.app import create_app, log
-from service.connections import uvicorn_config
-from service.releases import BatchSettings
+from .app import create_app, log
+from .connections import uvicorn_config
+from .releases import BatchSettings
 
 
 def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,

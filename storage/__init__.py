@@ -3,6 +3,6 @@
 This package imports none of flows/, pipelines/ or models/: it only knows paths and formats.
 """
 
-from storage.workspace import Workspace
+from .workspace import Workspace
 
 __all__ = ["Workspace"]

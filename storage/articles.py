@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.workspace import Workspace
+from .workspace import Workspace
 
 
 def content_titles(ws: Workspace) -> pa.Array:

@@ -18,9 +18,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.schemas import SCHEMAS, schema_for
-from storage.snapshot import Snapshot
-from storage.table_files import empty_table_file, known_tables, table_paths
+from .schemas import SCHEMAS, schema_for
+from .snapshot import Snapshot
+from .table_files import empty_table_file, known_tables, table_paths
 
 CATALOG_FILE = "catalog.duckdb"
 _STATE_TABLE = "_odqa_catalog_state"

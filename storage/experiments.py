@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from storage.atomic import slug
-from storage.workspace import Workspace
+from .atomic import slug
+from .workspace import Workspace
 
 RECIPE = "train-rounds"
 EXPERIMENT = "experiment"

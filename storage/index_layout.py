@@ -24,8 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.atomic import atomic_write_json, slug, write_parquet_atomic
-from storage.workspace import Workspace
+from .atomic import atomic_write_json, slug, write_parquet_atomic
+from .workspace import Workspace
 
 BM25_DIR = "bm25"
 DENSE_DIR = "dense"

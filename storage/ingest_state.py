@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_json
-from storage.workspace import Workspace
+from .atomic import atomic_write_json
+from .workspace import Workspace
 
 INGEST_DIR = "ingest"
 PAGES_FILE = "pages.parquet"

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from storage.atomic import slug
+from .atomic import slug
 
 LOCKS_DIR = "locks"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage.workspace import Workspace
+from .workspace import Workspace
 
 # Metrics read in the order of their cut-off (R@1, R@5, R@20, R@100), not as strings (R@1, R@100,
 # R@20, R@5): by name without the `@K`, then K as a number, names without a K first.

@@ -23,9 +23,9 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from storage.atomic import atomic_write_json, replace_directory, slug
-from storage.fingerprint import file_sha256, fingerprint
-from storage.workspace import Workspace
+from .atomic import atomic_write_json, replace_directory, slug
+from .fingerprint import file_sha256, fingerprint
+from .workspace import Workspace
 
 QSFT_FILE = "qsft.json"
 CONFIG_FILE = "config.json"

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.snapshot import FileEntry, Snapshot
-from storage.table_files import file_spans
-from storage.tables import scan_table
-from storage.workspace import Workspace
+from .snapshot import FileEntry, Snapshot
+from .table_files import file_spans
+from .tables import scan_table
+from .workspace import Workspace
 
 PASSAGE_COLUMNS = ["passage_id", "title", "text"]
 

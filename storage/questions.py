@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.fingerprint import fingerprint
-from storage.tables import Transaction
-from storage.workspace import Workspace
+from .fingerprint import fingerprint
+from .tables import Transaction
+from .workspace import Workspace
 
 EVALUATION_COLUMNS = ["question_id", "dataset", "split", "answers", "relation", "positive_ids"]
 

@@ -30,9 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_json
-from storage.index_layout import BM25_DIR, DENSE_DIR, IndexLayout
-from storage.workspace import Workspace
+from .atomic import atomic_write_json
+from .index_layout import BM25_DIR, DENSE_DIR, IndexLayout
+from .workspace import Workspace
 
 RELEASES_DIR = "releases"
 POINTER_FILE = "current.json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.workspace import Workspace
+from .workspace import Workspace
 
 RUN_COLUMNS = ["question_id", "passage_id", "rank", "score"]
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_text
+from .atomic import atomic_write_text
 
 SNAPSHOT_FILE = "snapshot.json"
 HISTORY_DIR = "snapshots"
@@ -61,7 +61,7 @@ class Snapshot:
 
         Indexes and embeddings record it so a stale one is detected without hashing data.
         """
-        from storage.fingerprint import fingerprint
+        from .fingerprint import fingerprint
 
         return fingerprint(table, [entry.path for entry in self.tables.get(table, [])])[:16]
 

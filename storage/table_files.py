@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from storage.atomic import write_parquet_atomic
-from storage.schemas import SCHEMAS, schema_for
-from storage.snapshot import Snapshot
+from .atomic import write_parquet_atomic
+from .schemas import SCHEMAS, schema_for
+from .snapshot import Snapshot
 
 TABLES_DIR = "tables"
 EMPTY_DIR = "_empty"

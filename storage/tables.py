@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from storage.atomic import atomic_write_text, slug, write_parquet_atomic
-from storage.catalog import refresh_catalog
-from storage.locks import writer_lock
-from storage.schemas import conform, schema_for
-from storage.snapshot import (
+from .atomic import atomic_write_text, slug, write_parquet_atomic
+from .catalog import refresh_catalog
+from .locks import writer_lock
+from .schemas import conform, schema_for
+from .snapshot import (
     FileEntry,
     Snapshot,
     StageRecord,
@@ -38,7 +38,7 @@ from storage.snapshot import (
     save_snapshot,
     workspace_lock,
 )
-from storage.table_files import EMPTY_DIR, TABLES_DIR, empty_table_file, table_paths
+from .table_files import EMPTY_DIR, TABLES_DIR, empty_table_file, table_paths
 
 STAGING_DIR = "staging"
 KEEP_SNAPSHOTS = 3

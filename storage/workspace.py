@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage import catalog, tables
-from storage.atomic import slug
-from storage.snapshot import Snapshot, StageRecord, load_snapshot
+from . import catalog, tables
+from .atomic import slug
+from .snapshot import Snapshot, StageRecord, load_snapshot
 
 ENV_VAR = "ODQA_WORKSPACE"
 DEFAULT_DIR = "workspace"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from flows.backend.local_server import TemporaryServer
+    from odqa.flows.backend.local_server import TemporaryServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO_ROOT / "sample"
@@ -35,7 +35,7 @@ def shared_data(*parts: str) -> Path:
 @pytest.fixture
 def workspace(tmp_path: Path):
     """A fresh, empty workspace."""
-    from storage import Workspace
+    from odqa.storage import Workspace
 
     return Workspace.resolve(tmp_path / "ws")
 
@@ -49,7 +49,7 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempora
     from prefect.context import _temporary_global_settings_context, get_settings_context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.backend.local_server import temporary_server
+    from odqa.flows.backend.local_server import temporary_server
 
     home = tmp_path_factory.mktemp("prefect-server")
     cluster, started_cluster = _start_cluster()
@@ -79,8 +79,8 @@ def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tempora
 def _start_cluster():
     """(the local PostgreSQL cluster, whether this call started it); (None, False) when the
     session's server will not use it (a configured database, SQLite, no PostgreSQL)."""
-    from flows.backend.database import BACKEND_ENV, configured_url
-    from flows.backend.postgres import PostgresUnavailable, local_cluster
+    from odqa.flows.backend.database import BACKEND_ENV, configured_url
+    from odqa.flows.backend.postgres import PostgresUnavailable, local_cluster
 
     if configured_url() or os.environ.get(BACKEND_ENV, "").lower() == "sqlite":
         return None, False
@@ -120,7 +120,7 @@ def cli(prefect_harness: str):
     """Invoke `odqa` in-process (under the session's Prefect server); returns the click result."""
     from click.testing import CliRunner
 
-    from flows.cli import main
+    from odqa.flows.cli import main
 
     runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""`./run postgres start|stop|status` (``python -m flows.backend postgres ...``): the local
+"""`./run postgres start|stop|status` (``python -m odqa.flows.backend postgres ...``): the local
 PostgreSQL cluster behind the Prefect servers (see `flows.backend.postgres`)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.backend.postgres import PostgresUnavailable, local_cluster
+from .postgres import PostgresUnavailable, local_cluster
 
 
 def main(argv: list[str] | None = None) -> int:

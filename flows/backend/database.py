@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.backend.postgres import Cluster, PostgresUnavailable, local_cluster
+from .postgres import Cluster, PostgresUnavailable, local_cluster
 
 URL_ENVS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
 BACKEND_ENV = "ODQA_PREFECT_BACKEND"

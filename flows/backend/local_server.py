@@ -42,9 +42,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from flows.backend.auth import api_client, client_auth_string, server_auth_string
-from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
-from storage.atomic import atomic_write_json
+from ...storage.atomic import atomic_write_json
+from .auth import api_client, client_auth_string, server_auth_string
+from .database import PrefectDatabase, database_name, prefect_database, sqlite_database
 
 HOST = "127.0.0.1"
 PREFERRED_PORT = 4200

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from flows.cli.groups import main
+from .groups import main
 
 VERB_MODULES = [
     "ingest",
@@ -39,6 +39,6 @@ VERB_MODULES = [
 ]
 
 for _name in VERB_MODULES:
-    importlib.import_module(f"flows.cli.{_name}")
+    importlib.import_module(f"odqa.flows.cli.{_name}")
 
 __all__ = ["main"]

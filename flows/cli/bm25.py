@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import bm25_group, workspace_arg
-from flows.cli.report import echo_report
+from .groups import bm25_group, workspace_arg
+from .report import echo_report
 
 
 @bm25_group.command("index")
@@ -13,6 +13,6 @@ from flows.cli.report import echo_report
 @click.pass_context
 def bm25_index(ctx: click.Context, threads: int | None) -> None:
     """Index every passage (title + text) with positions, doc vectors and raw text stored."""
-    from flows.bm25 import bm25_index_flow
+    from ..bm25 import bm25_index_flow
 
     echo_report("bm25 index", bm25_index_flow(workspace=workspace_arg(ctx), threads=threads))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import MATCH_HELP, main, parse_cutoffs, workspace_arg
+from .groups import MATCH_HELP, main, parse_cutoffs, workspace_arg
 
 
 @main.command("compare")
@@ -20,8 +20,8 @@ def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alph
     """Compare RUNS: means per metric, two-sided paired t-tests with Bonferroni correction."""
     import pyarrow as pa
 
-    from flows.cli.sql import render
-    from flows.compare import compare_flow
+    from ..compare import compare_flow
+    from .sql import render
 
     report = compare_flow(runs=list(runs), ks=parse_cutoffs(ks), match=match, alpha=alpha, workspace=workspace_arg(ctx))
     wide: dict[tuple[str, str, str], dict[str, object]] = {}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import main, workspace_arg
+from .groups import main, workspace_arg
 
 
 @main.command("demo")
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """Run the pipeline on the bundled sample into the workspace and show the results."""
-    from flows.demo import demo_flow
+    from ..demo import demo_flow
 
     # Every stage prints its own line with its time; progress of a long one every 2 minutes.
     ctx.find_root().obj["terminal"].terminal.stage_lines(gap=120.0)

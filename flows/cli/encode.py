@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import MODEL_HELP, main, workspace_arg
-from flows.cli.report import echo_report
-from flows.cli.runner_options import runner_options, runner_settings
+from .groups import MODEL_HELP, main, workspace_arg
+from .report import echo_report
+from .runner_options import runner_options, runner_settings
 
 
 @main.command("encode")
@@ -27,7 +27,7 @@ def encode(ctx: click.Context, model: str, shard_size: int, batch_size: int, dty
 
     By default one process encodes (one per GPU when there are several); `--runner` /
     `--dask-address` map one task per shard over a Prefect task runner instead."""
-    from flows.encode import encode_flow
+    from ..encode import encode_flow
 
     report = encode_flow(model=model, workspace=workspace_arg(ctx), shard_size=shard_size, batch_size=batch_size,
                          dtype=dtype, precision=precision,

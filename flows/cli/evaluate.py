@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from flows.cli.groups import MATCH_HELP, main, parse_cutoffs, workspace_arg, workspace_of
+from .groups import MATCH_HELP, main, parse_cutoffs, workspace_arg, workspace_of
 
 
 def split_line(split: dict[str, Any]) -> str:
@@ -32,9 +32,9 @@ def split_line(split: dict[str, Any]) -> str:
 @click.pass_context
 def evaluate(ctx: click.Context, run: str, ks: str, match: str, groups: bool) -> None:
     """Evaluate RUN into the metrics table and print its figures (and a plot path)."""
-    from flows.cli.sql import render
-    from flows.evaluate import evaluate_flow
-    from storage.metrics import run_metrics
+    from ...storage.metrics import run_metrics
+    from ..evaluate import evaluate_flow
+    from .sql import render
 
     report = evaluate_flow(run=run, ks=parse_cutoffs(ks), match=match, workspace=workspace_arg(ctx))
     click.echo(f"evaluate {run}: {'no-op (inputs unchanged)' if report.noop else 'done'}")

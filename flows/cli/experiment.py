@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from flows.cli.groups import main, workspace_arg
-from flows.cli.recipe import RECIPE_ARCHS, echo_scores, recipe_arguments, recipe_options
+from .groups import main, workspace_arg
+from .recipe import RECIPE_ARCHS, echo_scores, recipe_arguments, recipe_options
 
 ALPHA_HELP = "Significance level after Bonferroni correction."
 
@@ -28,7 +28,7 @@ def _archs(value: str) -> list[str]:
 
 def _with_budget(options: dict[str, Any]) -> dict[str, Any]:
     """The recipe options as an experiment's parameters: data and cut-offs, and the Budget."""
-    from flows.experiments import Budget
+    from ..experiments import Budget
 
     arguments = recipe_arguments(options)
     fields = set(Budget.model_fields)
@@ -38,7 +38,7 @@ def _with_budget(options: dict[str, Any]) -> dict[str, Any]:
 
 def _echo(report: Any) -> None:
     """The experiment's table, its tests against the reference, parameter ratios, plot and SQL."""
-    from storage.experiments import experiment_stage
+    from ...storage.experiments import experiment_stage
 
     click.echo(f"experiment {report.name}: {report.title} (* = significantly different from {report.reference}, "
                "paired two-sided t-test, Bonferroni-corrected)")  # fmt: skip
@@ -67,7 +67,7 @@ def _echo(report: Any) -> None:
 def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rounds: int, alpha: float,
                   **options: Any) -> None:  # fmt: skip
     """SDE, ADE, ADE-STE, ADE-FTE, ADE-SPL and TASER from one base with one budget, side by side."""
-    from flows.experiments import dual_encoders_experiment_flow
+    from ..experiments import dual_encoders_experiment_flow
 
     chosen = _archs(archs)
     if reference not in chosen:
@@ -93,7 +93,7 @@ def taser(ctx: click.Context, name: str, rounds: int, routing: str, holdout: flo
           **options: Any) -> None:  # fmt: skip
     """TASER vs DPR (same recipe and budget) vs BM25 vs their hybrids with BM25, with the
     parameter ratio TASER/DPR."""
-    from flows.experiments import taser_experiment_flow
+    from ..experiments import taser_experiment_flow
 
     report = taser_experiment_flow(name=name, rounds=rounds, routing=routing, holdout=holdout, alpha=alpha,
                                    workspace=workspace_arg(ctx), **_with_budget(options))  # fmt: skip

@@ -20,19 +20,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from flows.backend.auth import client_auth_string
-from flows.backend.local_server import ServerPaths, registered_client
-from flows.cli.prefect_api import (
+from ..backend.auth import client_auth_string
+from ..backend.local_server import ServerPaths, registered_client
+from .prefect_api import (
     HEARTBEAT_ENV,
     PrefectApi,
     choose_prefect_api,
     server_lines,
     without_heartbeats,
 )
-from flows.cli.terminal import TerminalSession, open_session, workspace_root
+from .terminal import TerminalSession, open_session, workspace_root
 
 if TYPE_CHECKING:
-    from storage import Workspace
+    from ...storage import Workspace
 
 
 # Verbs that answer without a Prefect server: they report to the workspace's server only when it
@@ -147,7 +147,7 @@ def prefect_api_of(ctx: click.Context) -> PrefectApi:
 
 def workspace_of(ctx: click.Context) -> Workspace:
     """The workspace chosen by the global option (resolved when a verb needs it)."""
-    from storage import Workspace
+    from ...storage import Workspace
 
     return Workspace.resolve(ctx.find_root().obj.get("workspace"))
 
@@ -210,7 +210,7 @@ MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), 
 
 def parse_cutoffs(value: str) -> list[int]:
     """`--k 1,5,20,100` as a list of cut-offs (a usage error when malformed)."""
-    from pipelines.evaluation.metrics import parse_ks
+    from ...pipelines.evaluation.metrics import parse_ks
 
     try:
         return list(parse_ks(value))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import import_group, workspace_arg
-from flows.cli.report import echo_report
+from .groups import import_group, workspace_arg
+from .report import echo_report
 
 QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
 
@@ -26,7 +26,7 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
     Each file is a source of its own (its full path): another file adds passages, ids stay unique
     across the workspace, and the report gives passages added, replaced and kept, with the total.
     """
-    from flows.passages import import_passages_flow
+    from ..passages import import_passages_flow
 
     report = import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx), replace=replace,
                                   on_duplicate=on_duplicate, max_record_bytes=max_record_bytes)  # fmt: skip
@@ -42,7 +42,7 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
 @click.pass_context
 def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, path: str) -> None:
     """Import PATH (a file; a folder for beir and entityquestions) into questions (+ passages, qrels)."""
-    from flows.questions import import_questions_flow
+    from ..questions import import_questions_flow
 
     report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx))
     echo_report("import questions", report)
@@ -55,7 +55,7 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, pat
 @click.pass_context
 def import_run(ctx: click.Context, fmt: str, run: str, path: str) -> None:
     """Import a run file (`qid Q0 docid rank score tag`); ranks are re-derived from scores."""
-    from flows.import_run import import_run_flow
+    from ..import_run import import_run_flow
 
     echo_report("import run", import_run_flow(path=path, run=run, fmt=fmt, workspace=workspace_arg(ctx)))
 

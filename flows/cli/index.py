@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import INDEX_TYPES, MODEL_HELP, index_group, workspace_arg
-from flows.cli.report import echo_report
-from flows.cli.runner_options import runner_options, runner_settings
+from .groups import INDEX_TYPES, MODEL_HELP, index_group, workspace_arg
+from .report import echo_report
+from .runner_options import runner_options, runner_settings
 
 
 @index_group.command("build")
@@ -27,7 +27,7 @@ def index_build(ctx: click.Context, model: str, index_type: str, hnsw_m: int | N
                 runner_workers: int | None, dask_address: str | None) -> None:  # fmt: skip
     """Build the index (encoding the passages first when their embeddings are missing or stale;
     the runner options apply to that encoding). The build plan is logged first."""
-    from flows.index import index_build_flow
+    from ..index import index_build_flow
 
     report = index_build_flow(model=model, index_type=index_type, workspace=workspace_arg(ctx), hnsw_m=hnsw_m,
                               nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part, memory_gb=memory_gb,
@@ -51,8 +51,8 @@ def index_plan(passages: int, dim: int, index_type: str | None, memory_gb: float
 
     From per-vector costs measured here once (a few seconds; cached in ~/.cache/odqa or
     $ODQA_INDEX_COSTS). Exits with status 2 when the chosen type does not fit --memory-gb."""
-    from pipelines.dense.faiss_index import IndexParams
-    from pipelines.dense.index_planner import default_cache, describe, load_or_calibrate, plan_all
+    from ...pipelines.dense.faiss_index import IndexParams
+    from ...pipelines.dense.index_planner import default_cache, describe, load_or_calibrate, plan_all
 
     params = IndexParams(hnsw_m=hnsw_m or IndexParams().hnsw_m, nlist=nlist, pq_m=pq_m)
     costs = load_or_calibrate(default_cache(), dim, params.hnsw_m, params.ef_construction)

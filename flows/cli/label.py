@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import label_group, workspace_arg
-from flows.cli.report import echo_report
+from .groups import label_group, workspace_arg
+from .report import echo_report
 
 
 @label_group.command("domains")
@@ -26,7 +26,7 @@ from flows.cli.report import echo_report
 @click.pass_context
 def label_domains(ctx: click.Context, domains_file: str | None, max_depth: int | None) -> None:
     """Label articles and questions with domains from the category graph; print the coverage report."""
-    from flows.categories import label_domains_flow
+    from ..categories import label_domains_flow
 
     report = label_domains_flow(workspace=workspace_arg(ctx), domains_file=domains_file, max_depth=max_depth)
     echo_report("label domains", report)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
-from flows.cli.report import echo_report
-from flows.cli.runner_options import runner_options, runner_settings
+from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
+from .report import echo_report
+from .runner_options import runner_options, runner_settings
 
 
 @main.command("mine")
@@ -26,7 +26,7 @@ def mine(ctx: click.Context, model: str, dataset: str, split: str, mode: str, de
          index_type: str, question_batch: int, runner: str | None, runner_workers: int | None,
          dask_address: str | None) -> None:  # fmt: skip
     """Hard negatives from MODEL's top passages (no gold, no answer-bearing) into hard_negative_ids."""
-    from flows.mine import mine_flow
+    from ..mine import mine_flow
 
     report = mine_flow(model=model, dataset=dataset, split=split, mode=mode, depth=depth, count=count,
                        index_type=index_type, workspace=workspace_arg(ctx), question_batch=question_batch,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import negatives_group, workspace_arg
-from flows.cli.report import echo_report
+from .groups import negatives_group, workspace_arg
+from .report import echo_report
 
 
 @negatives_group.command("bm25")
@@ -22,7 +22,7 @@ def negatives_bm25(
     ctx: click.Context, dataset: str, split: str, count: int, depth: int, threads: int | None
 ) -> None:
     """Top BM25 passages that contain no answer and are not positives (DPR's recipe)."""
-    from flows.negatives import bm25_negatives_flow
+    from ..negatives import bm25_negatives_flow
 
     report = bm25_negatives_flow(dataset=dataset, split=split, count=count, depth=depth, threads=threads,
                                  workspace=workspace_arg(ctx))  # fmt: skip

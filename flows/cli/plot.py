@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import MODEL_HELP, plot_group, workspace_arg
-from flows.cli.report import echo_report
+from .groups import MODEL_HELP, plot_group, workspace_arg
+from .report import echo_report
 
 
 @plot_group.command("embeddings")
@@ -19,7 +19,7 @@ from flows.cli.report import echo_report
 def plot_embeddings(ctx: click.Context, model: str, dataset: str | None, split: str | None, samples: int,
                     seed: int) -> None:  # fmt: skip
     """t-SNE of question vs passage embeddings: do the two towers share one space?"""
-    from flows.plot_embeddings import plot_embeddings_flow
+    from ..plot_embeddings import plot_embeddings_flow
 
     report = plot_embeddings_flow(model=model, dataset=dataset, split=split, samples=samples, seed=seed,
                                   workspace=workspace_arg(ctx))  # fmt: skip

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.backend.local_server import ServerStatus, ensure_server, running_server
+from ..backend.local_server import ServerStatus, ensure_server, running_server
 
 HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import main, prefect_api_of
-from flows.cli.terminal import workspace_root
+from .groups import main, prefect_api_of
+from .terminal import workspace_root
 
 
 @main.group("server")
@@ -23,7 +23,7 @@ def _workspace(ctx: click.Context):
 @click.pass_context
 def server_status(ctx: click.Context) -> None:
     """Where the workspace's server runs (UI, API, pid), its database and its log."""
-    from flows.server import status_lines
+    from ..server import status_lines
 
     click.echo("\n".join(status_lines(_workspace(ctx))))
 
@@ -32,7 +32,7 @@ def server_status(ctx: click.Context) -> None:
 @click.pass_context
 def server_stop(ctx: click.Context) -> None:
     """Stop the workspace's server (the next verb that runs a flow starts it again)."""
-    from flows.backend.local_server import stop_server
+    from ..backend.local_server import stop_server
 
     stopped = stop_server(_workspace(ctx))
     click.echo(f"stopped the Prefect server (pid {stopped.pid})" if stopped else "no Prefect server was running")
@@ -43,7 +43,7 @@ def server_stop(ctx: click.Context) -> None:
 @click.pass_context
 def server_reset(ctx: click.Context) -> None:
     """Stop the server and delete its database (runs, deployments, logs); tables stay."""
-    from flows.backend.local_server import reset_server
+    from ..backend.local_server import reset_server
 
     click.echo(reset_server(_workspace(ctx)))
 
@@ -56,7 +56,7 @@ def deployments(ctx: click.Context) -> None:
 
     from tabulate import tabulate
 
-    from flows.deployment_runs import deployments_with_last_runs
+    from ..deployment_runs import deployments_with_last_runs
 
     api = prefect_api_of(ctx)
     rows = asyncio.run(deployments_with_last_runs(api.url))

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from flows.cli.groups import main, parse_cutoffs, workspace_arg
+from .groups import main, parse_cutoffs, workspace_arg
 
 # Architectures a recipe trains from a base checkpoint (DESIRE-ME trains on top of a retriever).
 RECIPE_ARCHS = ["dpr", "ade", "sde", "ade-ste", "ade-fte", "ade-spl", "taser", "taser-shared"]
@@ -95,8 +95,8 @@ def train_rounds(ctx: click.Context, arch: str, model_id: str, rounds: int, rout
     """TASER's recipe in rounds, resumable per round: BM25 negatives, train, mine with the model,
     train again; then alpha tuned on held-out training questions, and dense, hybrid and BM25
     evaluated. Each round's figures are printed and stored in `metrics`."""
-    from flows.recipe import train_rounds_flow
-    from storage.experiments import RECIPE
+    from ...storage.experiments import RECIPE
+    from ..recipe import train_rounds_flow
 
     report = train_rounds_flow(arch=arch, model_id=model_id, rounds=rounds, routing=routing, holdout=holdout,
                                hybrid=hybrid, workspace=workspace_arg(ctx), **recipe_arguments(options))  # fmt: skip

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:  # reports are dataclasses of storage.reports; imported by the flows, not by --help
-    from storage.reports import Report
+    from ...storage.reports import Report
 
 def format_value(value: Any) -> str:
     """One cell: lists and dicts as compact JSON (never cut: a config must stay readable whole),
     a dict of metrics in the order of their cut-offs (R@1, R@5, R@20, R@100)."""
-    from storage.metrics import metric_order
+    from ...storage.metrics import metric_order
 
     if isinstance(value, dict):
         value = {key: value[key] for key in sorted(value, key=lambda k: metric_order(str(k)))}

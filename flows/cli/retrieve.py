@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
-from flows.cli.report import echo_report
+from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
+from .report import echo_report
 
 RETRIEVER_CHOICES = ["bm25", "dense", "hybrid"]
 
@@ -33,7 +33,7 @@ def retrieve(ctx: click.Context, retriever: str, dataset: str, split: str, run: 
     """Retrieve the top K passages for every question of DATASET/SPLIT into the runs table."""
     if retriever != "bm25" and not model:
         raise click.UsageError(f"--retriever {retriever} needs --model (a model id, HF name or folder)")
-    from flows.retrieve import retrieve_flow
+    from ..retrieve import retrieve_flow
 
     report = retrieve_flow(dataset=dataset, split=split, run=run, retriever=retriever, k=k, model=model, alpha=alpha,
                            index_type=index_type, depth=depth, k1=k1, b=b, threads=threads, trec=trec,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import click
 
-from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main
+from .groups import INDEX_TYPES, MODEL_HELP, main
 
 PROMPT = "question> "
 TEXT_WIDTH = 240
@@ -61,7 +61,7 @@ def search(ctx: click.Context, questions: tuple[str, ...], retriever: str | None
     """Print the top passages (title, score, text) for each QUESTION, else for each line of stdin
     (a prompt on a terminal), answering each as it comes. Builds nothing: a missing index is an
     error naming the command that builds it."""
-    from flows.search import SearchSession
+    from ..search import SearchSession
 
     chosen = retriever or ("dense" if model else "bm25")
     answered = 0

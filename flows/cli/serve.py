@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import INDEX_TYPES, main, workspace_arg
+from .groups import INDEX_TYPES, main, workspace_arg
 
 
 @main.command("serve")
@@ -37,7 +37,7 @@ def serve(ctx: click.Context, host: str, port: int, model: str | None, index_typ
     Answers from the indexes the workspace published last (every `odqa bm25 index`, `odqa index
     build` and `odqa reindex` publishes its builds) and follows them: a newly published release is
     loaded beside the old one and swapped in atomically; no Prefect server runs."""
-    from service.run import serve as run_service
+    from ...service.run import serve as run_service
 
     click.echo(f"odqa serve: http://{host}:{port}/ (docs at /docs); Ctrl-C stops", err=True)
     run_service(workspace_arg(ctx), host, port, model=model, index_type=index_type, retriever=retriever,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from flows.cli.groups import main, workspace_of
+from .groups import main, workspace_of
 
 if TYPE_CHECKING:  # pyarrow is imported by the query itself, not by `odqa --help`
     import pyarrow as pa
@@ -51,7 +51,7 @@ def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
 @click.pass_context
 def sql_command(ctx: click.Context, query: str, fmt: str, max_width: int) -> None:
     """Run a read-only SQL QUERY over every workspace table (DuckDB views)."""
-    from storage.catalog import ReadOnlyViolation
+    from ...storage.catalog import ReadOnlyViolation
 
     try:
         result = workspace_of(ctx).sql(query)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import click
 
-from flows.console import LogFileHandler, RunFormatter, is_console_record
-from pipelines.progress import LOGGER_NAME as PROGRESS_LOGGER
+from ...pipelines.progress import LOGGER_NAME as PROGRESS_LOGGER
+from ..console import LogFileHandler, RunFormatter, is_console_record
 
 LOG_DIR = "logs"
 LOG_NAME = "odqa.log"

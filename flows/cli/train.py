@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import main, workspace_arg
-from flows.cli.report import echo_report
+from .groups import main, workspace_arg
+from .report import echo_report
 
 ARCH_CHOICES = [
     "dpr",
@@ -198,7 +198,7 @@ def train(
 ) -> None:
     """Train a retriever and record it in the `models` table."""
     if qsft:
-        from flows.qsft import qsft_flow
+        from ..qsft import qsft_flow
 
         report = qsft_flow(model=base, train=list(train_sets), model_id=model_id, index_type=index_type,
                            epochs=epochs or 2, batch_size=batch_size, lr=lr,
@@ -210,7 +210,7 @@ def train(
         raise click.UsageError("--arch is required (unless --qsft)")
     if (max_steps is None) == (epochs is None):
         raise click.UsageError("give exactly one of --max-steps or --epochs")
-    from flows.train import train_flow
+    from ..train import train_flow
 
     report = train_flow(
         arch=arch,

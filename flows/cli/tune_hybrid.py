@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from flows.cli.groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
-from flows.cli.report import echo_report
+from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
+from .report import echo_report
 
 
 @main.command("tune-hybrid")
@@ -17,7 +17,7 @@ from flows.cli.report import echo_report
 @click.pass_context
 def tune_hybrid(ctx: click.Context, model: str, dev: tuple[str, ...], k: int, index_type: str) -> None:
     """Pick the hybrid weight alpha in 0.5..2.0 (step 0.1) with the best dev R@k and store it."""
-    from flows.tune_hybrid import tune_hybrid_flow
+    from ..tune_hybrid import tune_hybrid_flow
 
     report = tune_hybrid_flow(model=model, dev=list(dev), k=k, index_type=index_type, workspace=workspace_arg(ctx))
     echo_report("tune-hybrid", report)

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.categories.titles import normalize_titles
-from storage.atomic import atomic_write
+from ...storage.atomic import atomic_write
+from .titles import normalize_titles
 
 __all__ = [
     "CoverageReport",

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipelines.categories.titles import normalize_title, strip_namespace_prefix
+from .titles import normalize_title, strip_namespace_prefix
 
 __all__ = [
     "DEFAULT_HIDDEN_PARENTS",

@@ -31,10 +31,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.categories.sql_dump import DumpStats, SqlDumpError, SqlDumpReader, dump_columns
-from pipelines.categories.titles import NAMESPACE_NAMES, normalize_titles
-from pipelines.progress import Progress
-from storage.schemas import row_schema
+from ...storage.schemas import row_schema
+from ..progress import Progress
+from .sql_dump import DumpStats, SqlDumpError, SqlDumpReader, dump_columns
+from .titles import NAMESPACE_NAMES, normalize_titles
 
 __all__ = [
     "ARTICLE_SCHEMA",

@@ -38,14 +38,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.categories.domain_config import DomainConfig
-from pipelines.categories.titles import (
+from ..progress import Progress
+from .domain_config import DomainConfig
+from .titles import (
     NAMESPACE_NAMES,
     normalize_titles,
     split_namespace,
     strip_namespace_prefix,
 )
-from pipelines.progress import Progress
 
 __all__ = [
     "BatchSource",

@@ -41,9 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.dense.sharded_encoding import EncodedCorpus
-from pipelines.progress import progress as progress_bar
-from storage.atomic import atomic_file, atomic_write, atomic_write_text, building_directory
+from ...storage.atomic import atomic_file, atomic_write, atomic_write_text, building_directory
+from ..progress import progress as progress_bar
+from .sharded_encoding import EncodedCorpus
 
 IndexType = Literal["flat", "hnsw", "ivfpq"]
 INDEX_TYPES: tuple[IndexType, ...] = ("flat", "hnsw", "ivfpq")

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.evaluation.answers import AnswerMatcher, MatchMode
+from ..evaluation.answers import AnswerMatcher, MatchMode
 
 DEFAULT_DEPTH = 100
 DEFAULT_ALPHAS: tuple[float, ...] = tuple(round(0.5 + 0.1 * i, 1) for i in range(16))  # 0.5 .. 2.0

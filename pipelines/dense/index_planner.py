@@ -37,7 +37,8 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dense.faiss_index import (
+from ...storage.atomic import atomic_write_json
+from .faiss_index import (
     BLOCK_ROWS,
     INDEX_TYPES,
     IndexParams,
@@ -46,7 +47,6 @@ from pipelines.dense.faiss_index import (
     _auto_pq_m,
     build_faiss_index,
 )
-from storage.atomic import atomic_write_json
 
 GIB = 1024**3
 MIN_PART_VECTORS = 10_000  # below this, parts cost more in per-part overhead than they save
@@ -289,7 +289,7 @@ def synthetic_vectors(rng: np.random.Generator, n: int, dim: int, topics: int = 
 
 def _bare_process_rss() -> int:
     """Peak RSS of a fresh interpreter that imported what a build imports (bytes)."""
-    code = ("import numpy, pyarrow.parquet, faiss; from pipelines.dense.index_planner import peak_rss_bytes; "
+    code = ("import numpy, pyarrow.parquet, faiss; from odqa.pipelines.dense.index_planner import peak_rss_bytes; "
             "print(peak_rss_bytes())")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH")]))}
@@ -306,7 +306,7 @@ def _timed(fn) -> float:
 
 def _calibration_embeddings(folder: Path, vectors: np.ndarray) -> Path:
     """``vectors`` as an embeddings directory of two shards, as the encoder writes them."""
-    from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
+    from .sharded_encoding import EncodingManifest, write_manifest, write_shard
 
     folder.mkdir(parents=True)
     half = len(vectors) // 2
@@ -437,7 +437,7 @@ def plan_embeddings(embeddings_dir: Path | str, index_type: IndexType, params: I
     returns the parameters to build with (parts sized to the budget). Explicit
     ``shards_per_part`` is kept as given (the plan is then shown for one part per group).
     """
-    from pipelines.dense.sharded_encoding import read_manifest
+    from .sharded_encoding import read_manifest
 
     manifest = read_manifest(embeddings_dir)
     if manifest is None:

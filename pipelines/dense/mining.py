@@ -23,8 +23,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from pipelines.evaluation.answers import AnswerMatcher, MatchMode
-from pipelines.progress import track
+from ..evaluation.answers import AnswerMatcher, MatchMode
+from ..progress import track
 
 TrainingMode = Literal["single-set", "multi-set"]
 TRAINING_MODES: tuple[TrainingMode, ...] = ("single-set", "multi-set")

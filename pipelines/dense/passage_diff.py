@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.dense.sharded_encoding import EncodedCorpus, EncodingManifest, read_manifest
-from storage.atomic import atomic_file
+from ...storage.atomic import atomic_file
+from .sharded_encoding import EncodedCorpus, EncodingManifest, read_manifest
 
 KEYS_NAME = "keys.parquet"
 KEY_SCHEMA = pa.schema([("hi", pa.uint64()), ("lo", pa.uint64())])

@@ -27,9 +27,9 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from pipelines.dense.faiss_index import DenseIndex
-from pipelines.evaluation.answers import AnswerMatcher, MatchMode
-from pipelines.progress import Progress
+from ..evaluation.answers import AnswerMatcher, MatchMode
+from ..progress import Progress
+from .faiss_index import DenseIndex
 
 
 class QuestionTower(Protocol):

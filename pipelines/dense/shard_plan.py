@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipelines.dense.sharded_encoding import ShardInfo
+from .sharded_encoding import ShardInfo
 
 
 @dataclass(frozen=True)

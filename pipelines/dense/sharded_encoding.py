@@ -41,9 +41,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from pipelines.dense.retriever_protocol import DenseRetriever
-from pipelines.progress import progress as progress_bar
-from storage.atomic import atomic_write, atomic_write_text
+from ...storage.atomic import atomic_write, atomic_write_text
+from ..progress import progress as progress_bar
+from .retriever_protocol import DenseRetriever
 
 log = logging.getLogger(__name__)
 

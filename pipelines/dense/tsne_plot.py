@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storage.atomic import atomic_write
+from ...storage.atomic import atomic_write
 
 
 @dataclass(frozen=True)

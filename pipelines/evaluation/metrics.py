@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from pipelines.evaluation.answers import AnswerMatcher
-from pipelines.retrieval.runs import ranked_lists
+from ..retrieval.runs import ranked_lists
+from .answers import AnswerMatcher
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.evaluation.answers import AnswerMatcher, MatchMode
-from pipelines.evaluation.metrics import (
+from .answers import AnswerMatcher, MatchMode
+from .metrics import (
     DEFAULT_QRELS_METRICS,
     MetricValue,
     first_hit_ranks,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.questions.rows import stable_id
+from .rows import stable_id
 
 
 @dataclass(frozen=True)

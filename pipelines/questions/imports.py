@@ -42,9 +42,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.questions.duck import duckdb_session, sql_string
-from pipelines.questions.jsonstream import JsonFormatError, iter_json_array, iter_json_lines, open_text
-from pipelines.questions.rows import (
+from .duck import duckdb_session, sql_string
+from .jsonstream import JsonFormatError, iter_json_array, iter_json_lines, open_text
+from .rows import (
     PASSAGE_SCHEMA,
     QREL_SCHEMA,
     QUESTION_SCHEMA,

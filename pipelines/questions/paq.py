@@ -38,10 +38,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.progress import track
-from pipelines.questions.duck import duckdb_session, sql_string
-from pipelines.questions.jsonstream import JsonFormatError, open_text
-from pipelines.questions.rows import QUESTION_SCHEMA, question_row, stable_id, table
+from ..progress import track
+from .duck import duckdb_session, sql_string
+from .jsonstream import JsonFormatError, open_text
+from .rows import QUESTION_SCHEMA, question_row, stable_id, table
 
 FLIPPED_SCHEMA = pa.schema(
     [

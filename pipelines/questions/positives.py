@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.evaluation.answers import has_answer
+from ..evaluation.answers import has_answer
 
 MAX_REDIRECT_HOPS = 5  # MediaWiki itself follows one hop; double redirects are fixed by bots
 

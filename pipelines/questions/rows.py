@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage.schemas import row_schema
+from ...storage.schemas import row_schema
 
 QUESTION_SCHEMA = row_schema("questions", without=())
 

@@ -31,7 +31,7 @@ from typing import Any
 from SPARQLWrapper import JSON, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
-from pipelines.questions.triples import (
+from .triples import (
     ENTITY_ID,
     WIKIDATA_ENTITY,
     Triple,

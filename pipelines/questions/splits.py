@@ -36,9 +36,9 @@ from fractions import Fraction
 
 import pyarrow as pa
 
-from pipelines.questions.rows import QUESTION_SCHEMA, stable_id, unique_in_order
-from pipelines.questions.templates import make_question
-from pipelines.questions.triples import Triple, check_relation_id
+from .rows import QUESTION_SCHEMA, stable_id, unique_in_order
+from .templates import make_question
+from .triples import Triple, check_relation_id
 
 THESIS_SEEN_RELATIONS = ("P19", "P159", "P176", "P264", "P407", "P413", "P740")
 THESIS_UNSEEN_RELATIONS = ("P17", "P20", "P30", "P127", "P136", "P276", "P495")

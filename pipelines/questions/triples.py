@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.questions.jsonstream import JsonFormatError, iter_json_array, iter_json_lines
+from .jsonstream import JsonFormatError, iter_json_array, iter_json_lines
 
 RELATION_ID = re.compile(r"^P\d+$")
 ENTITY_ID = re.compile(r"^Q\d+$")

@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.progress import progress, track
-from pipelines.retrieval.java import ensure_java
-from storage.atomic import replace_directory
-from storage.locks import process_alive
+from ...storage.atomic import replace_directory
+from ...storage.locks import process_alive
+from ..progress import progress, track
+from .java import ensure_java
 
 METADATA_FILE = "odqa-index.json"
 LOG_FILE = "odqa-index.log"

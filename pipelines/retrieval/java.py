@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.atomic import atomic_write_text
+from ...storage.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipelines.evaluation.answers import AnswerMatcher
-from pipelines.progress import track
-from pipelines.retrieval.runs import ranked_lists
+from ..evaluation.answers import AnswerMatcher
+from ..progress import track
+from .runs import ranked_lists
 
 MAX_HARD_NEGATIVES = 30
 

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from storage.atomic import atomic_write_text
+from ...storage.atomic import atomic_write_text
 
 
 def run_card(record: dict[str, Any], trec_path: str) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.retrieval.runs import RUN_SCHEMA
-from storage.atomic import atomic_text_file
+from ...storage.atomic import atomic_text_file
+from .runs import RUN_SCHEMA
 
 
 class TrecFormatError(ValueError):

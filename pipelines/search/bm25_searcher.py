@@ -14,9 +14,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1, IndexInfo
-from pipelines.retrieval.java import JavaInfo, ensure_java, start_quiet_jvm
-from pipelines.search.hits import Hits
+from ..retrieval.bm25 import DEFAULT_B, DEFAULT_K1, IndexInfo
+from ..retrieval.java import JavaInfo, ensure_java, start_quiet_jvm
+from .hits import Hits
 
 
 class Bm25Searcher:

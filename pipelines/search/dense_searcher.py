@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.dense.faiss_index import DenseIndex
-from pipelines.dense.retriever_protocol import DenseRetriever
-from pipelines.search.hits import Hits, positions
+from ..dense.faiss_index import DenseIndex
+from ..dense.retriever_protocol import DenseRetriever
+from .hits import Hits, positions
 
 
 class DenseSearcher:

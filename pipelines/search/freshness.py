@@ -8,7 +8,7 @@ passages version, `storage.index_layout`: the current one exists or is missing.)
 
 from __future__ import annotations
 
-from pipelines.dense.faiss_index import IndexMetadata
+from ..dense.faiss_index import IndexMetadata
 
 
 def dense_index_problem(meta: IndexMetadata | None, *, passages_version: str, model_fingerprint: str,

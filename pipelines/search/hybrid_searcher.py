@@ -12,9 +12,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.dense.hybrid import DEFAULT_DEPTH, fuse, fusion_candidates
-from pipelines.search.hits import Hits
-from pipelines.search.searcher import Searcher
+from ..dense.hybrid import DEFAULT_DEPTH, fuse, fusion_candidates
+from .hits import Hits
+from .searcher import Searcher
 
 
 def fused_hits(dense: Hits, sparse: Hits, alpha: float, k: int, depth: int = DEFAULT_DEPTH) -> Hits:

@@ -7,8 +7,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from pipelines.progress import progress
-from pipelines.search.hits import Hits
+from ..progress import progress
+from .hits import Hits
 
 QUESTION_CHUNK = 1024  # questions searched per step of a run
 

@@ -30,11 +30,11 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from pipelines.categories.graph_input import soft_category_redirect
-from pipelines.wikipedia.dump_reader import DumpError, RawPage, iter_pages
-from pipelines.wikipedia.passages import split_passages
-from pipelines.wikipedia.wikitext_cleaner import clean_wikitext, extract_categories, is_disambiguation
-from storage.schemas import row_schema
+from ...storage.schemas import row_schema
+from ..categories.graph_input import soft_category_redirect
+from .dump_reader import DumpError, RawPage, iter_pages
+from .passages import split_passages
+from .wikitext_cleaner import clean_wikitext, extract_categories, is_disambiguation
 
 MAIN_NAMESPACE = 0
 FILE_NAMESPACE = 6

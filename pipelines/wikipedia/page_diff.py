@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipelines.wikipedia.dump_reader import RawPage
-from pipelines.wikipedia.ingest import (
+from ...storage.atomic import atomic_file
+from .dump_reader import RawPage
+from .ingest import (
     ARTICLE_SCHEMA,
     CATEGORY_LINK_SCHEMA,
     PASSAGE_SCHEMA,
@@ -38,7 +39,6 @@ from pipelines.wikipedia.ingest import (
     _page_kind,
     process_chunk,
 )
-from storage.atomic import atomic_file
 
 HASH_SCHEMA = pa.schema([("page_id", pa.int64()), ("hash", pa.binary(16))])
 

@@ -26,7 +26,7 @@ import mwparserfromhell
 from mwparserfromhell.nodes import ExternalLink, Heading, HTMLEntity, Tag, Text
 from mwparserfromhell.wikicode import Wikicode
 
-from pipelines.wikipedia import markup_scanner as scan
+from . import markup_scanner as scan
 
 #: Namespace names (lower case) of ``[[File:...]]`` links, which embed media and are dropped.
 FILE_NAMESPACES = frozenset({"file", "image"})

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipelines.evaluation.metrics import qrels_from_questions
-from pipelines.passage_formats import read_beir_corpus
-from storage import Workspace
+from odqa.pipelines.evaluation.metrics import qrels_from_questions
+from odqa.pipelines.passage_formats import read_beir_corpus
+from odqa.storage import Workspace
 from tests.bm25.test_cli_end_to_end import java  # noqa: F401  (fixture: skips without a JDK)
 from tests.models.test_training_flow import _fill_workspace
 
@@ -59,7 +59,7 @@ def test_trec_run_gets_a_run_card(cli, java, tmp_path):  # noqa: F811
 def test_run_card_is_yaml_that_reads_back():
     import yaml
 
-    from pipelines.retrieval.run_cards import run_card, to_yaml
+    from odqa.pipelines.retrieval.run_cards import run_card, to_yaml
 
     record = {"run": "r", "retriever": "dense", "dataset": "squad24", "split": "dev", "k": 100, "questions": 5,
               "questions_without_results": 0,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.evaluation.answers import AnswerMatcher, has_answer
-from pipelines.retrieval.bm25 import (
+from odqa.pipelines.evaluation.answers import AnswerMatcher, has_answer
+from odqa.pipelines.retrieval.bm25 import (
     METADATA_FILE,
     IndexMissingError,
     StaleIndexError,
@@ -16,10 +16,10 @@ from pipelines.retrieval.bm25 import (
     open_bm25_index,
     passage_contents,
 )
-from pipelines.retrieval.java import JavaMissingError, check_java
-from pipelines.retrieval.negatives import select_hard_negatives
-from pipelines.search.bm25_searcher import Bm25Searcher
-from pipelines.search.searcher import Searcher, search_run
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.pipelines.retrieval.negatives import select_hard_negatives
+from odqa.pipelines.search.bm25_searcher import Bm25Searcher
+from odqa.pipelines.search.searcher import Searcher, search_run
 
 
 def _run(searcher: Bm25Searcher, pairs: list[tuple[str, str]], k: int, chunk: int = 1024) -> pa.Table:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.evaluation.answers import has_answer
-from pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.pipelines.evaluation.answers import has_answer
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 PASSAGES = [
     ("1", "Zorbania is a landlocked country. Its longest river is the Quellor.", "Zorbania"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.retrieval.java import JavaInfo, JavaMissingError, check_java, ensure_java, inspect_jdk
+from odqa.pipelines.retrieval.java import JavaInfo, JavaMissingError, check_java, ensure_java, inspect_jdk
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,12 +64,12 @@ PREFLIGHT_SCRIPT = """
 import sys
 
 import pytest
-import pipelines.retrieval.bm25, pipelines.retrieval.trec, pipelines.retrieval.negatives
-import pipelines.evaluation.metrics
+import odqa.pipelines.retrieval.bm25, odqa.pipelines.retrieval.trec, odqa.pipelines.retrieval.negatives
+import odqa.pipelines.evaluation.metrics
 assert "pyserini" not in sys.modules and "jnius" not in sys.modules, "imported pyserini too early"
 from pathlib import Path
-from pipelines.retrieval.bm25 import build_bm25_index
-from pipelines.retrieval.java import JavaMissingError
+from odqa.pipelines.retrieval.bm25 import build_bm25_index
+from odqa.pipelines.retrieval.java import JavaMissingError
 try:
     build_bm25_index(iter([("p1", "t", "x")]), Path(sys.argv[1]), snapshot="s")
 except JavaMissingError as error:
@@ -118,7 +118,7 @@ def test_real_machine_jdk_is_found_or_explained() -> None:
 
 JVM_BOOT = (
     "import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s'); "
-    "from pipelines.retrieval.java import ensure_java, start_quiet_jvm; info = ensure_java(); "
+    "from odqa.pipelines.retrieval.java import ensure_java, start_quiet_jvm; info = ensure_java(); "
     "{start}; from pyserini.pyclass import autoclass; "
     "autoclass('java.util.logging.Logger').getLogger('odqa.test').warning('lucene-style warning')"
 )

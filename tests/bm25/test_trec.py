@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.retrieval.runs import RUN_SCHEMA
-from pipelines.retrieval.trec import TrecFormatError, read_trec_run, write_trec_run
+from odqa.pipelines.retrieval.runs import RUN_SCHEMA
+from odqa.pipelines.retrieval.trec import TrecFormatError, read_trec_run, write_trec_run
 
 
 def run_rows() -> pa.Table:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import Workspace
+from odqa.storage import Workspace
 
 # Files a refused command may still touch: the shell catalog (refreshed when stale), locks, its log.
 VOLATILE = ("catalog.duckdb", ".lock", "locks", "logs")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.passage_formats import PassageFormatError, read_dpr_tsv
-from storage import Workspace
+from odqa.pipelines.passage_formats import PassageFormatError, read_dpr_tsv
+from odqa.storage import Workspace
 from tests.boundaries.conftest import workspace_state
 
 HEADER = "id\ttext\ttitle\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.backend.auth import AUTH_FILE
-from flows.backend.local_server import ServerPaths, read_record, reset_server
+from odqa.flows.backend.auth import AUTH_FILE
+from odqa.flows.backend.local_server import ServerPaths, read_record, reset_server
 from tests.ops.test_cli_terminal import PASSAGES, write_passages
 from tests.ops.test_long_lived_server import cli_env, odqa
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from service.app import create_app
+from odqa.service.app import create_app
 from tests.serve.harness import ServiceThread
 
 TIMEOUT_S = 1.0

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import Workspace
-from storage.catalog import ReadOnlyViolation
+from odqa.storage import Workspace
+from odqa.storage.catalog import ReadOnlyViolation
 from tests.boundaries.conftest import table_counts, workspace_state
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

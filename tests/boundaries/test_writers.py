@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import Workspace
-from storage.locks import WriterBusy, writer_lock
+from odqa.storage import Workspace
+from odqa.storage.locks import WriterBusy, writer_lock
 from tests.conftest import SAMPLE_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def _holder(root: Path, seconds: float) -> subprocess.Popen:
     """A process that holds the writer lock of "model:m" for `seconds`."""
     proc = subprocess.Popen(
         [str(REPO_ROOT / ".venv" / "bin" / "python"), "-c",
-         "import sys, time; from pathlib import Path; from storage.locks import writer_lock\n"
+         "import sys, time; from pathlib import Path; from odqa.storage.locks import writer_lock\n"
          "with writer_lock(Path(sys.argv[1]), 'model:m', 'the model m'):\n"
          "    print('held', flush=True); time.sleep(float(sys.argv[2]))", str(root), str(seconds)],
         stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
@@ -143,7 +143,7 @@ def test_second_training_of_a_model_id_is_refused(cli, tiny_checkpoint: str, tmp
 
 
 def test_dead_bm25_builds_are_reclaimed(tmp_path: Path) -> None:
-    from pipelines.retrieval.bm25 import reclaim_dead_builds
+    from odqa.pipelines.retrieval.bm25 import reclaim_dead_builds
 
     gone = subprocess.Popen(["true"])
     gone.wait()

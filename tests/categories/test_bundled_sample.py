@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.categories.coverage import coverage_report, question_domains
-from pipelines.categories.domain_config import DESIRE_ME_DOMAINS
-from pipelines.categories.graph_input import SqlCategoryGraph
-from pipelines.categories.labeller import LabelResult, label_domains
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+from odqa.pipelines.categories.coverage import coverage_report, question_domains
+from odqa.pipelines.categories.domain_config import DESIRE_ME_DOMAINS
+from odqa.pipelines.categories.graph_input import SqlCategoryGraph
+from odqa.pipelines.categories.labeller import LabelResult, label_domains
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks
 from tests.conftest import SAMPLE_DIR
 
 WIKI = SAMPLE_DIR / "wiki" / "enwiki-sample-pages-articles.xml.bz2"

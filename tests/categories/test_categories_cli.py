@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage import Workspace
+from odqa.storage import Workspace
 from tests.categories.dumps import CATEGORYLINKS_LEGACY_HEADER, PAGE_HEADER, sql_string, write_dump
 from tests.conftest import SAMPLE_DIR
 

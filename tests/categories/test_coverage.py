@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.categories.coverage import coverage_report, plot_domain_counts, question_domains
+from odqa.pipelines.categories.coverage import coverage_report, plot_domain_counts, question_domains
 
 ORDER = ("Science", "History", "Sports")
 DOMAINS = pa.table(

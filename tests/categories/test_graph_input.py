@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.categories.domain_config import DomainConfig
-from pipelines.categories.graph_input import SqlCategoryGraph, soft_category_redirect
-from pipelines.categories.labeller import label_domains
-from pipelines.categories.sql_dump import SqlDumpError
+from odqa.pipelines.categories.domain_config import DomainConfig
+from odqa.pipelines.categories.graph_input import SqlCategoryGraph, soft_category_redirect
+from odqa.pipelines.categories.labeller import label_domains
+from odqa.pipelines.categories.sql_dump import SqlDumpError
 from tests.categories.dumps import (
     CATEGORYLINKS_LEGACY_HEADER,
     CATEGORYLINKS_TARGET_HEADER,

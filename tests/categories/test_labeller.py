@@ -7,9 +7,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from pipelines.categories import labeller
-from pipelines.categories.domain_config import DomainConfig
-from pipelines.categories.labeller import label_domains
+from odqa.pipelines.categories import labeller
+from odqa.pipelines.categories.domain_config import DomainConfig
+from odqa.pipelines.categories.labeller import label_domains
 from tests.categories.naive import naive_labels
 
 DOMAINS = ("Science", "History", "Sports")

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.categories.domain_config import DESIRE_ME_DOMAINS
-from pipelines.categories.labeller import label_domains
-from pipelines.categories.titles import normalize_title
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+from odqa.pipelines.categories.domain_config import DESIRE_ME_DOMAINS
+from odqa.pipelines.categories.labeller import label_domains
+from odqa.pipelines.categories.titles import normalize_title
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks
 from tests.conftest import shared_data
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.categories.sql_dump import SqlDumpError, SqlDumpReader, dump_columns
+from odqa.pipelines.categories.sql_dump import SqlDumpError, SqlDumpReader, dump_columns
 from tests.categories.dumps import CATEGORYLINKS_LEGACY_HEADER, PAGE_HEADER, write_dump
 
 LINKS = pa.schema(

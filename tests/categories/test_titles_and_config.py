@@ -7,14 +7,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.categories.domain_config import (
+from odqa.pipelines.categories.domain_config import (
     DEFAULT_HIDDEN_PREFIXES,
     DESIRE_ME_DOMAINS,
     DomainConfig,
     DomainConfigError,
     load_domain_config,
 )
-from pipelines.categories.titles import (
+from odqa.pipelines.categories.titles import (
     normalize_title,
     normalize_titles,
     split_namespace,

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dense_corpus import as_batches, make_corpus  # noqa: E402
 from dense_minilm import load_minilm  # noqa: E402
 
-from pipelines.dense.sharded_encoding import encode_corpus  # noqa: E402
+from odqa.pipelines.dense.sharded_encoding import encode_corpus  # noqa: E402
 
 if __name__ == "__main__":
     out_dir, n, shard_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

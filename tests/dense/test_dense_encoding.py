@@ -19,7 +19,7 @@ import torch
 from dense_corpus import as_batches, make_corpus
 from dense_minilm import MiniLMRetriever, load_minilm, minilm_dir
 
-from pipelines.dense.sharded_encoding import (
+from odqa.pipelines.dense.sharded_encoding import (
     MANIFEST_NAME,
     EncodedCorpus,
     encode_corpus,
@@ -144,7 +144,7 @@ def test_length_sorted_batches_restore_input_order(retriever):
 @pytest.fixture(scope="module")
 def models_retriever():
     """The ``models/`` retriever of the same checkpoint: token-level, so the shard is tokenized once."""
-    from models.retriever import load_retriever
+    from odqa.models.retriever import load_retriever
 
     return load_retriever(minilm_dir())
 

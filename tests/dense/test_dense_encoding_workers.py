@@ -9,7 +9,7 @@ import pytest
 from dense_corpus import as_batches, make_corpus
 from dense_minilm import load_minilm
 
-from pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
+from odqa.pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
 
 
 @pytest.fixture(scope="module")

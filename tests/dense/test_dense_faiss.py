@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.faiss_index import IndexParams, StaleIndexError, build_faiss_index, open_faiss_index
-from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
+from odqa.pipelines.dense.faiss_index import IndexParams, StaleIndexError, build_faiss_index, open_faiss_index
+from odqa.pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
 
 N, DIM, SHARD, NQ = 4000, 64, 1000, 150
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from dense_minilm import minilm_dir
 
-from pipelines.evaluation.answers import has_answer
-from pipelines.retrieval.java import JavaMissingError, check_java
-from storage import Workspace
+from odqa.pipelines.evaluation.answers import has_answer
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.storage import Workspace
 
 PASSAGES = [
     ("1", "Zorbania is a landlocked country. Its longest river is the Quellor.", "Zorbania"),
@@ -41,11 +41,11 @@ def sql(cli, ws: Path, query: str) -> list[dict]:
 
 @pytest.mark.e2e
 def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
-    from flows.qsft import qsft_flow
-    from flows.retrieve import retrieve_flow
-    from storage.index_layout import IndexLayout
-    from storage.model_registry import resolve_model
-    from storage.releases import current_release
+    from odqa.flows.qsft import qsft_flow
+    from odqa.flows.retrieve import retrieve_flow
+    from odqa.storage.index_layout import IndexLayout
+    from odqa.storage.model_registry import resolve_model
+    from odqa.storage.releases import current_release
 
     ws_dir = tmp_path / "ws"
     w = ("-w", str(ws_dir))

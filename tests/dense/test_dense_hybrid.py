@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.hybrid import (
+from odqa.pipelines.dense.hybrid import (
     DEFAULT_ALPHAS,
     candidate_hits,
     fuse,

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.mining import mine_hard_negatives, round_negatives, union_negatives
-from pipelines.evaluation.answers import has_answer
+from odqa.pipelines.dense.mining import mine_hard_negatives, round_negatives, union_negatives
+from odqa.pipelines.evaluation.answers import has_answer
 
 CITIES = ["Lisbon", "Porto", "Oslo", "Bergen", "Quito", "Lima"]
 

@@ -12,9 +12,9 @@ import torch
 from dense_corpus import as_batches, make_corpus
 from dense_minilm import minilm_dir
 
-from pipelines.dense.faiss_index import build_faiss_index, open_faiss_index
-from pipelines.dense.qsft import QsftConfig, qsft_loss, query_side_finetune
-from pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
+from odqa.pipelines.dense.faiss_index import build_faiss_index, open_faiss_index
+from odqa.pipelines.dense.qsft import QsftConfig, qsft_loss, query_side_finetune
+from odqa.pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
 
 
 def test_loss_is_eq_5_2_over_questions_with_a_positive():
@@ -31,7 +31,7 @@ def test_loss_is_eq_5_2_over_questions_with_a_positive():
 
 
 def test_question_tower_learns_against_a_fixed_index(tmp_path):
-    from models.retriever import load_retriever
+    from odqa.models.retriever import load_retriever
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

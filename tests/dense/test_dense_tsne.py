@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.dense.tsne_plot import plot_towers, project_towers
+from odqa.pipelines.dense.tsne_plot import plot_towers, project_towers
 
 
 def test_disjoint_towers_separate_and_shared_space_mixes(tmp_path):

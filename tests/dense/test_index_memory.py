@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.faiss_index import IndexParams, build_faiss_index, open_faiss_index, part_bounds
-from pipelines.dense.index_planner import CostModel, PlanRefused, describe, plan_index, require
-from pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
+from odqa.pipelines.dense.faiss_index import IndexParams, build_faiss_index, open_faiss_index, part_bounds
+from odqa.pipelines.dense.index_planner import CostModel, PlanRefused, describe, plan_index, require
+from odqa.pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 128
@@ -35,9 +35,9 @@ import numpy as np
 import pyarrow as pa
 sys.path.insert(0, sys.argv[1])
 from dense_minilm import MiniLMRetriever
-from pipelines.dense.faiss_index import IndexParams, build_faiss_index
-from pipelines.dense.index_planner import peak_rss_bytes
-from pipelines.dense.sharded_encoding import encode_corpus
+from odqa.pipelines.dense.faiss_index import IndexParams, build_faiss_index
+from odqa.pipelines.dense.index_planner import peak_rss_bytes
+from odqa.pipelines.dense.sharded_encoding import encode_corpus
 
 work, passages, part = Path(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 words = "river valley castle market railway harbour museum bridge council treaty".split()

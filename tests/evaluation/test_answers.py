@@ -15,7 +15,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from pipelines.evaluation.answers import (
+from odqa.pipelines.evaluation.answers import (
     AnswerMatcher,
     answer_tokens,
     has_answer,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.evaluation.experiment_table import (
+from odqa.pipelines.evaluation.experiment_table import (
     Entry,
     comparisons_of,
     display_rows,

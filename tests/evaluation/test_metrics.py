@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.evaluation.answers import AnswerMatcher
-from pipelines.evaluation.metrics import (
+from odqa.pipelines.evaluation.answers import AnswerMatcher
+from odqa.pipelines.evaluation.metrics import (
     MetricValue,
     compare_runs,
     first_hit_ranks,
@@ -265,7 +265,7 @@ def test_recall_plot_text_fits_inside_the_saved_figure() -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
-    from pipelines.evaluation.metrics import recall_figure
+    from odqa.pipelines.evaluation.metrics import recall_figure
 
     runs = ["dense-sde-squad24-train-round2-squad24-dev", "hybrid-sde-squad24-train-round2-alpha-1.3-squad24-dev"]
     figure = recall_figure({name: np.array([0.2, 0.4, 0.5]) for name in runs},

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from storage import Workspace
+from odqa.storage import Workspace
 from tests.conftest import REPO_ROOT
 
 COMMON = ["--train", "trex:train", "--evaluate", "trex:test", "--max-steps", "2", "--batch-size", "4",
@@ -29,8 +29,8 @@ def _mined_by(ws: Workspace, model: str, questions: list[dict], depth: int, coun
     """What `model` mines for the questions, recomputed here from its own index."""
     import pyarrow as pa
 
-    from models.workspace_search import dense_searcher, mine_questions
-    from storage.model_registry import resolve_model
+    from odqa.models.workspace_search import dense_searcher, mine_questions
+    from odqa.storage.model_registry import resolve_model
 
     searcher = dense_searcher(ws, resolve_model(ws, model), "flat")
     table = pa.Table.from_pylist([{k: q[k] for k in ("question_id", "question", "answers", "positive_ids")}
@@ -51,7 +51,7 @@ def _command(workspace: Path, base: str) -> list[str]:
 def _killed_after_round_one(command: list[str], ws: Workspace, env: dict[str, str], log: Path) -> None:
     """Run `odqa COMMAND` in a subprocess and SIGKILL it the moment round 1 has committed."""
     with open(log, "wb") as sink:
-        job = subprocess.Popen([sys.executable, "-c", "from flows.cli import main; main()", *command], stdout=sink,
+        job = subprocess.Popen([sys.executable, "-c", "from odqa.flows.cli import main; main()", *command], stdout=sink,
                                stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 600
     while ws.stage_record("train-rounds:t:round1") is None:
@@ -68,8 +68,8 @@ def test_killed_between_rounds_the_same_command_resumes_at_round_two_which_learn
 ) -> None:
     """TASER's recipe end to end: BM25 negatives, round 1, a real SIGKILL, the same command: round 1
     recognised, round 2 on negatives mined by round 1's model, alpha on held-out training questions."""
-    from pipelines.evaluation.answers import has_answer
-    from pipelines.questions.rows import stable_id
+    from odqa.pipelines.evaluation.answers import has_answer
+    from odqa.pipelines.questions.rows import stable_id
 
     ws = Workspace.resolve(sample_copy)
     before = {q["question_id"]: q["hard_negative_ids"] for q in _split(ws, "train")}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import Workspace
+from odqa.storage import Workspace
 from tests.conftest import REPO_ROOT, SAMPLE_DIR
 
 SAMPLE_DUMP = SAMPLE_DIR / "wiki" / "enwiki-sample-pages-articles.xml.bz2"
@@ -61,9 +61,9 @@ def test_other_options_replace_previous_rows(cli, tmp_path: Path) -> None:
 
 
 def test_truncated_dump_fails_clearly_and_keeps_earlier_output(tmp_path: Path) -> None:
-    from flows.wikipedia import dump_fingerprint, ingest_dump
-    from pipelines.wikipedia.dump_reader import DumpError
-    from pipelines.wikipedia.ingest import IngestOptions
+    from odqa.flows.wikipedia import dump_fingerprint, ingest_dump
+    from odqa.pipelines.wikipedia.dump_reader import DumpError
+    from odqa.pipelines.wikipedia.ingest import IngestOptions
 
     ws = Workspace.resolve(tmp_path / "ws")
     options = IngestOptions(workers=1)
@@ -89,9 +89,9 @@ def test_killed_ingest_resumes_to_identical_rows(tmp_path: Path) -> None:
         """
         import sys
         from pathlib import Path
-        from flows.wikipedia import dump_fingerprint, ingest_dump
-        from pipelines.wikipedia.ingest import IngestOptions
-        from storage import Workspace
+        from odqa.flows.wikipedia import dump_fingerprint, ingest_dump
+        from odqa.pipelines.wikipedia.ingest import IngestOptions
+        from odqa.storage import Workspace
         ws, dump = Workspace.resolve(sys.argv[1]), Path(sys.argv[2])
         options = IngestOptions(chunk_pages=40, workers=2)
         print(ingest_dump(ws, dump, options, dump_fingerprint(dump, options)).resumed_chunks)

@@ -122,7 +122,7 @@ TOY_DOMAINS = ["Culture", "Geography", "Science", "Culture", "Geography", "Scien
 
 @pytest.fixture
 def toy_examples():
-    from models.data import TrainingExample
+    from odqa.models.data import TrainingExample
 
     examples = []
     for index, (question, answer, title, text) in enumerate(TOY_FACTS):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.retriever import create_retriever
+from odqa.models.retriever import create_retriever
 
 
 def _pointers(module: torch.nn.Module) -> set[int]:

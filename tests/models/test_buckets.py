@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.buckets import Buckets, bucket_sizes
-from models.data import collate
-from models.retriever import create_retriever
+from odqa.models.buckets import Buckets, bucket_sizes
+from odqa.models.data import collate
+from odqa.models.retriever import create_retriever
 
 
 def test_bucket_sizes_fill_each_bucket_up_to_the_token_budget():

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from models.data import MultiSetSampler, TrainingExample, collate
-from models.retriever import create_retriever
+from odqa.models.data import MultiSetSampler, TrainingExample, collate
+from odqa.models.retriever import create_retriever
 
 
 def _examples(prefix: str, count: int) -> list[TrainingExample]:

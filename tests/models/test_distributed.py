@@ -17,10 +17,10 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 from torch.nn.parallel import DistributedDataParallel
 
-from models.data import MultiSetSampler
-from models.distributed import DistributedContext, init_distributed
-from models.retriever import create_retriever, load_retriever
-from models.trainer import Trainer, TrainingConfig
+from odqa.models.data import MultiSetSampler
+from odqa.models.distributed import DistributedContext, init_distributed
+from odqa.models.retriever import create_retriever, load_retriever
+from odqa.models.trainer import Trainer, TrainingConfig
 
 PER_RANK = 2
 

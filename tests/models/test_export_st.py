@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.retriever import load_retriever
-from storage import Workspace
+from odqa.models.retriever import load_retriever
+from odqa.storage import Workspace
 from tests.models.test_training_flow import _fill_workspace
 
 pytest.importorskip("sentence_transformers")

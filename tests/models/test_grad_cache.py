@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.data import MultiSetSampler, collate
-from models.distributed import DistributedContext
-from models.grad_cache import cached_forward_backward, supports_grad_cache
-from models.losses import contrastive_loss
-from models.retriever import create_retriever
-from models.trainer import Trainer, TrainingConfig, forward_backward
+from odqa.models.data import MultiSetSampler, collate
+from odqa.models.distributed import DistributedContext
+from odqa.models.grad_cache import cached_forward_backward, supports_grad_cache
+from odqa.models.losses import contrastive_loss
+from odqa.models.retriever import create_retriever
+from odqa.models.trainer import Trainer, TrainingConfig, forward_backward
 
 CPU = DistributedContext(0, 1, 0, torch.device("cpu"))
 

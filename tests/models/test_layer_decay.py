@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.data import MultiSetSampler
-from models.retriever import create_retriever
-from models.trainer import Trainer, TrainingConfig, layer_lr_scale, make_optimizer, optimizer_step
+from odqa.models.data import MultiSetSampler
+from odqa.models.retriever import create_retriever
+from odqa.models.trainer import Trainer, TrainingConfig, layer_lr_scale, make_optimizer, optimizer_step
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "taser_layer_lrs.json").read_text())
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.data import collate
-from models.distributed import DistributedContext
-from models.losses import objective
-from models.retriever import create_retriever
-from models.trainer import TrainingConfig, forward_backward
+from odqa.models.data import collate
+from odqa.models.distributed import DistributedContext
+from odqa.models.losses import objective
+from odqa.models.retriever import create_retriever
+from odqa.models.trainer import TrainingConfig, forward_backward
 
 DOMAINS = ["Culture", "Geography", "History", "Science"]
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from models.losses import (
+from odqa.models.losses import (
     contrastive_loss,
     domain_bce,
     flipped_contrastive_loss,
@@ -77,7 +77,7 @@ def test_domain_bce_matches_binary_cross_entropy():
 
 
 def test_copies_of_a_questions_positive_are_not_its_negatives():
-    from models.losses import duplicate_positive_mask
+    from odqa.models.losses import duplicate_positive_mask
 
     # Questions 0 and 1 share a paragraph (keys 7); question 2's hard negative (column 4) is
     # question 0's positive too.

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from flows.train import Launch
-from models.data import write_examples
-from models.job import TrainingJob, TrainSet, run_job
+from odqa.flows.train import Launch
+from odqa.models.data import write_examples
+from odqa.models.job import TrainingJob, TrainSet, run_job
 
 PER_NODE = 2
 REPO = Path(__file__).parents[2]

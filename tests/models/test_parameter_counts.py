@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from models.config import RetrieverConfig, TaserConfig
-from models.retriever import build_retriever
-from models.taser import specialized_layer_indices
+from odqa.models.config import RetrieverConfig, TaserConfig
+from odqa.models.retriever import build_retriever
+from odqa.models.taser import specialized_layer_indices
 
 SHAPES = {
     # name: (vocab, hidden, layers, intermediate, positions, types)

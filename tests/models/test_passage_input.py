@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from models.config import RetrieverConfig
-from models.retriever import create_retriever, load_retriever
+from odqa.models.config import RetrieverConfig
+from odqa.models.retriever import create_retriever, load_retriever
 
 TITLES, TEXTS = ["Paris"], ["Paris Is The Capital Of France."]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from models.resume import RUN_FILE, resume_decision
-from models.training_state import STATE_FILE, recover_checkpoint
+from odqa.models.resume import RUN_FILE, resume_decision
+from odqa.models.training_state import STATE_FILE, recover_checkpoint
 
 PARAMS = {"arch": "sde", "lr": 2e-5, "max_steps": 40}
 

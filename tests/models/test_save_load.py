@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from models.backbone import UnsafeCheckpointError
-from models.retriever import create_retriever, load_retriever
+from odqa.models.backbone import UnsafeCheckpointError
+from odqa.models.retriever import create_retriever, load_retriever
 
 from .conftest import minilm_path
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from models.backbone import sentence_transformer_settings
+from odqa.models.backbone import sentence_transformer_settings
 
 
 def _folder(tmp_path, pooling: dict, normalize: bool = True):

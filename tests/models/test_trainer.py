@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from models.cpu_features import cpu_has_bf16_units
-from models.data import MultiSetSampler
-from models.dev_eval import InMemoryDevEvaluator
-from models.retriever import create_retriever, load_retriever
-from models.trainer import Trainer, TrainingConfig, amp_dtype
+from odqa.models.cpu_features import cpu_has_bf16_units
+from odqa.models.data import MultiSetSampler
+from odqa.models.dev_eval import InMemoryDevEvaluator
+from odqa.models.retriever import create_retriever, load_retriever
+from odqa.models.trainer import Trainer, TrainingConfig, amp_dtype
 
 
 def _losses(result) -> list[float]:
@@ -194,7 +194,7 @@ def test_bf16_autocast_trains_on_cpu_and_is_deterministic(dropout_checkpoint, to
 def test_the_dev_evaluation_logs_what_it_encodes_and_what_it_got(tiny_checkpoint, toy_examples, caplog):
     """A run's log is not silent through a dev evaluation: a line when it starts (questions, pool)
     and one with its R@K when it ends, on the logger flows route into the run's logs."""
-    from pipelines.progress import LOGGER_NAME
+    from odqa.pipelines.progress import LOGGER_NAME
 
     evaluator = InMemoryDevEvaluator(toy_examples, ks=(1, 5))
     with caplog.at_level("INFO", logger=LOGGER_NAME):

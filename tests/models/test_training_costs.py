@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-import models.trainer as trainer_module
-from models.cpu_features import bf16_flags
-from models.data import MultiSetSampler
-from models.retriever import create_retriever, load_retriever
-from models.trainer import (
+import odqa.models.trainer as trainer_module
+from odqa.models.cpu_features import bf16_flags
+from odqa.models.data import MultiSetSampler
+from odqa.models.retriever import create_retriever, load_retriever
+from odqa.models.trainer import (
     SNAPSHOT_FILE,
     Trainer,
     TrainingConfig,

@@ -46,7 +46,7 @@ def write_questions(path: Path) -> Path:
 
 def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
     """The real command line in its own process, stdout and stderr not a terminal."""
-    code = "import sys; from flows.cli import main; sys.exit(main())"
+    code = "import sys; from odqa.flows.cli import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
                           timeout=300, cwd=REPO_ROOT)  # fmt: skip
 
@@ -59,7 +59,7 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def test_report_is_a_small_aligned_table() -> None:
-    from flows.cli.report import report_table
+    from odqa.flows.cli.report import report_table
 
     config = {"model": "m" * 120, "k1": 0.9}
     table = report_table({"passages": 3, "questions_with_positive": 12, "devices": ["cpu"], "noop": False,
@@ -74,7 +74,7 @@ def test_report_is_a_small_aligned_table() -> None:
 
 
 def test_metrics_read_back_in_the_order_of_their_cutoffs(workspace) -> None:
-    from storage.metrics import metric_order, metric_rows, run_metrics
+    from odqa.storage.metrics import metric_order, metric_rows, run_metrics
 
     names = ["R@100", "MRR", "R@5", "nDCG@10", "R@20", "R@1", "nDCG@3"]
     assert sorted(names, key=metric_order) == ["MRR", "R@1", "R@5", "R@20", "R@100", "nDCG@3", "nDCG@10"]
@@ -137,7 +137,7 @@ def test_failure_names_the_log_file(prefect_harness, tmp_path: Path) -> None:
 
 
 def test_search_needs_no_prefect_server_and_builds_the_missing_index(cli, tmp_path: Path) -> None:
-    from flows.backend.local_server import read_record
+    from odqa.flows.backend.local_server import read_record
 
     ws = tmp_path / "ws"
     cli("-w", str(ws), "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", PASSAGES)))
@@ -182,8 +182,8 @@ def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
 
 def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_server, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from flows.backend.local_server import ServerPaths, ServerRecord, write_record
-    from flows.cli import prefect_api
+    from odqa.flows.backend.local_server import ServerPaths, ServerRecord, write_record
+    from odqa.flows.cli import prefect_api
 
     ws = tmp_path / "ws"
     for name in ("PREFECT_API_URL", "PREFECT_PROFILE"):
@@ -217,9 +217,9 @@ def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_serve
 def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tmp_path: Path, capfd) -> None:
     import re
 
-    from flows.cli.terminal import open_session
-    from flows.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings, run_demo_pipeline
-    from pipelines.retrieval.java import JavaMissingError, check_java
+    from odqa.flows.cli.terminal import open_session
+    from odqa.flows.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings, run_demo_pipeline
+    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
     try:
         check_java()
@@ -250,9 +250,9 @@ def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tm
 def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, capsys) -> None:
     import logging
 
-    from flows.cli.terminal import TerminalHandler, open_session
-    from flows.console import CONSOLE_MARK
-    from pipelines.progress import progress
+    from odqa.flows.cli.terminal import TerminalHandler, open_session
+    from odqa.flows.console import CONSOLE_MARK
+    from odqa.pipelines.progress import progress
 
     session = open_session(tmp_path / "ws", verbose=False)
     progress_logger = logging.getLogger("odqa.progress")
@@ -281,8 +281,8 @@ def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, 
 
 
 def test_demo_terminal_drops_finished_loops_and_spaces_running_ones(tmp_path: Path, capsys) -> None:
-    from flows.cli.terminal import open_session
-    from pipelines.progress import progress
+    from odqa.flows.cli.terminal import open_session
+    from odqa.pipelines.progress import progress
 
     session = open_session(tmp_path / "ws", verbose=False)
     session.terminal.stage_lines(gap=3600.0)

@@ -14,12 +14,19 @@ from pathlib import Path
 
 import pytest
 
-import flows.concurrency_slots as slots_module
-from flows.concurrency_slots import CORES_PER_CPU_SLOT, SLOT_DIR_ENV, SLOTS_ENV, gpu_slot, gpu_slots, holders
+import odqa.flows.concurrency_slots as slots_module
+from odqa.flows.concurrency_slots import (
+    CORES_PER_CPU_SLOT,
+    SLOT_DIR_ENV,
+    SLOTS_ENV,
+    gpu_slot,
+    gpu_slots,
+    holders,
+)
 
 HOLDER = """
 import sys, time
-from flows.concurrency_slots import gpu_slot
+from odqa.flows.concurrency_slots import gpu_slot
 with gpu_slot("train held-model"):
     print("holding", flush=True)
     time.sleep(120)

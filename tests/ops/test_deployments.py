@@ -16,30 +16,30 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.sample_data import SAMPLE_DUMP
-from flows.server import REPO_ROOT, local_prefect
-from storage import Workspace
+from odqa.flows.sample_data import SAMPLE_DUMP
+from odqa.flows.server import REPO_ROOT, local_prefect
+from odqa.storage import Workspace
 
 SCHEDULER_LOOP_ENV = "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"
 FLOW_NAMES = {
-    "flows/wikipedia.py:ingest_wikipedia_flow": "ingest-wikipedia",
-    "flows/passages.py:import_passages_flow": "import-passages",
-    "flows/questions.py:import_questions_flow": "import-questions",
+    "odqa.flows.wikipedia:ingest_wikipedia_flow": "ingest-wikipedia",
+    "odqa.flows.passages:import_passages_flow": "import-passages",
+    "odqa.flows.questions:import_questions_flow": "import-questions",
     "flows/bm25.py:bm25_index_flow": "bm25-index",
     "flows/negatives.py:bm25_negatives_flow": "negatives-bm25",
-    "flows/mine.py:mine_flow": "mine-negatives",
-    "flows/index.py:index_build_flow": "dense-index-build",
-    "flows/retrieve.py:retrieve_flow": "retrieve",
-    "flows/tune_hybrid.py:tune_hybrid_flow": "tune-hybrid",
-    "flows/categories.py:label_domains_flow": "label-domains",
-    "flows/questions.py:trex_questions_flow": "questions-trex",
-    "flows/train.py:train_flow": "train",
-    "flows/recipe.py:train_rounds_flow": "train-rounds",
-    "flows/experiments.py:dual_encoders_experiment_flow": "experiment-dual-encoders",
-    "flows/experiments.py:taser_experiment_flow": "experiment-taser",
-    "flows/evaluate.py:evaluate_flow": "evaluate",
-    "flows/pipeline.py:odqa_pipeline": "odqa-pipeline",
-    "flows/reindex.py:reindex_flow": "reindex",
+    "odqa.flows.mine:mine_flow": "mine-negatives",
+    "odqa.flows.index:index_build_flow": "dense-index-build",
+    "odqa.flows.retrieve:retrieve_flow": "retrieve",
+    "odqa.flows.tune_hybrid:tune_hybrid_flow": "tune-hybrid",
+    "odqa.flows.categories:label_domains_flow": "label-domains",
+    "odqa.flows.questions:trex_questions_flow": "questions-trex",
+    "odqa.flows.train:train_flow": "train",
+    "odqa.flows.recipe:train_rounds_flow": "train-rounds",
+    "odqa.flows.experiments:dual_encoders_experiment_flow": "experiment-dual-encoders",
+    "odqa.flows.experiments:taser_experiment_flow": "experiment-taser",
+    "odqa.flows.evaluate:evaluate_flow": "evaluate",
+    "odqa.flows.pipeline:odqa_pipeline": "odqa-pipeline",
+    "odqa.flows.reindex:reindex_flow": "reindex",
 }
 
 

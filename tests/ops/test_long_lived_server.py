@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.backend.local_server import is_prefect_server, read_record, reset_server
+from odqa.flows.backend.local_server import is_prefect_server, read_record, reset_server
 from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def cli_env(tmp_path: Path) -> dict[str, str]:
 
 
 def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from flows.cli import main; sys.exit(main())"
+    code = "import sys; from odqa.flows.cli import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
                           cwd=REPO_ROOT, timeout=600)  # fmt: skip
 
@@ -122,7 +122,7 @@ def test_a_killed_server_is_restarted_by_the_next_verb_and_nothing_is_lost(tmp_p
         assert changed and all(path.startswith(SECOND_VERB_WRITES) for path in changed), sorted(changed)
         assert any(path.startswith("tables/questions/") for path in changed)
         assert all(after.get(path) == digest for path, digest in before.items() if path.startswith("tables/"))
-        from storage import Workspace
+        from odqa.storage import Workspace
 
         workspace = Workspace.resolve(ws)
         assert workspace.rows("passages") == len(PASSAGES) and workspace.rows("questions") == 3

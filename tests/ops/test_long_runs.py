@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from storage import Workspace
+from odqa.storage import Workspace
 from tests.conftest import REPO_ROOT, SAMPLE_DIR
 
 DUMP = SAMPLE_DIR / "wiki" / "enwiki-sample-pages-articles.xml"
@@ -37,8 +37,8 @@ def minilm() -> str:
 def sample_ws(tmp_path_factory: pytest.TempPathFactory, prefect_harness: str) -> Path:
     """The sample dump ingested; the sample's NQ questions with positives (passages holding an
     answer) and one hard negative each, as `nq-sample:train`."""
-    from flows.wikipedia import ingest_wikipedia_flow
-    from pipelines.evaluation.answers import has_answer
+    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.pipelines.evaluation.answers import has_answer
 
     root = tmp_path_factory.mktemp("long-runs") / "ws"
     ingest_wikipedia_flow(dump=str(DUMP), workspace=str(root), workers=1)
@@ -75,7 +75,7 @@ def flow_run_messages(flow_run_id) -> list[str]:
 
 
 def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
-    from flows.train import train_flow
+    from odqa.flows.train import train_flow
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")  # what a worker process or `> log` gets
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
@@ -93,17 +93,8 @@ def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) 
     assert [row["step"] for row in curve] == [3] and curve[0]["loss"] > 0  # log_every 10: the last step
 
 
-def _encoder_reports_progress() -> bool:
-    import pipelines.dense.sharded_encoding as sharded_encoding
-
-    return "pipelines.progress" in Path(sharded_encoding.__file__).read_text(encoding="utf-8")
-
-
-@pytest.mark.skipif(not _encoder_reports_progress(),
-                    reason="the encode loop (pipelines/dense/sharded_encoding.py) is wired to pipelines.progress "
-                           "by issue 14")  # fmt: skip
 def test_encode_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
-    from flows.encode import encode_flow
+    from odqa.flows.encode import encode_flow
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
@@ -115,7 +106,7 @@ def test_encode_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch)
 
 
 def _train_command(workspace: Path, model_id: str) -> list[str]:
-    return [sys.executable, "-c", "from flows.cli import main; main()", "--workspace", str(workspace), "train",
+    return [sys.executable, "-c", "from odqa.flows.cli import main; main()", "--workspace", str(workspace), "train",
             "--arch", "sde", "--base", minilm(), "--train", "nq-sample:train", "--model-id", model_id,
             "--max-steps", "12", "--batch-size", "2", "--lr", "1e-4", "--checkpoint-minutes", "0.02"]  # fmt: skip
 

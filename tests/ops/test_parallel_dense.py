@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from flows.task_runners import RunnerSettings
-from storage import Workspace
+from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from odqa.flows.task_runners import RunnerSettings
+from odqa.storage import Workspace
 
 SHARD = 6  # 24 passages in 3 table files -> 4 shards, two of them crossing a file boundary
 SMALL_SHARD = 4  # 6 shards: a worker can be lost mid-run, with shards left for the other one
@@ -37,9 +37,9 @@ def one_torch_thread() -> Iterator[None]:
 
 
 def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
-    from pipelines.dense.shard_plan import ShardRange, all_shards, pending_shards
-    from pipelines.dense.sharded_encoding import ShardInfo
-    from storage.table_files import FileSpan, file_spans
+    from odqa.pipelines.dense.shard_plan import ShardRange, all_shards, pending_shards
+    from odqa.pipelines.dense.sharded_encoding import ShardInfo
+    from odqa.storage.table_files import FileSpan, file_spans
 
     assert all_shards(14, 6) == [ShardRange(0, 0, 6), ShardRange(1, 6, 12), ShardRange(2, 12, 14)]
     finished = [ShardInfo(1, 6, "a", "b", "shard-00001.npy", "shard-00001.ids.parquet")]
@@ -53,7 +53,7 @@ def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
 
 
 def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatch) -> None:
-    from flows.task_runners import DASK_ADDRESS_ENV, mapping_runner, task_threads
+    from odqa.flows.task_runners import DASK_ADDRESS_ENV, mapping_runner, task_threads
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert mapping_runner(None) is None  # today's path: in process, or one process per GPU
@@ -68,7 +68,7 @@ def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatc
 
 @pytest.fixture(scope="module")
 def model() -> str:
-    from flows.pipeline import default_base_model
+    from odqa.flows.pipeline import default_base_model
 
     return default_base_model()
 
@@ -77,8 +77,8 @@ def model() -> str:
 def base(prefect_harness, tmp_path_factory) -> Path:
     """A workspace with the first 24 passages of the bundled sample dump (in three table files)
     and the bundled DPR-format sample questions."""
-    from flows.questions import import_questions_flow
-    from flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.questions import import_questions_flow
+    from odqa.flows.wikipedia import ingest_wikipedia_flow
 
     root = tmp_path_factory.mktemp("parallel-dense")
     ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(root / "full"))
@@ -115,9 +115,9 @@ def copy_of(base: Path, tmp_path: Path, name: str) -> str:
 
 
 def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
-    from models.workspace_search import dense_build
-    from pipelines.dense.sharded_encoding import EncodedCorpus
-    from storage.model_registry import resolve_model
+    from odqa.models.workspace_search import dense_build
+    from odqa.pipelines.dense.sharded_encoding import EncodedCorpus
+    from odqa.storage.model_registry import resolve_model
 
     space = Workspace.resolve(ws)
     corpus = EncodedCorpus(dense_build(space, resolve_model(space, model)).embeddings)
@@ -126,7 +126,7 @@ def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
 
 @pytest.mark.e2e
 def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
-    from flows.encode import encode_flow
+    from odqa.flows.encode import encode_flow
 
     results = {}
     for name, runner in runners(cluster).items():
@@ -145,13 +145,13 @@ def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, mode
 
 @pytest.mark.e2e
 def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path: Path) -> None:
-    from flows.encode import encode_flow
-    from flows.reindex import reindex_flow
-    from models.workspace_search import dense_build
-    from pipelines.dense.sharded_encoding import EncodedCorpus, read_manifest, write_manifest
-    from storage.index_layout import IndexLayout
-    from storage.model_registry import resolve_model
-    from storage.releases import current_release
+    from odqa.flows.encode import encode_flow
+    from odqa.flows.reindex import reindex_flow
+    from odqa.models.workspace_search import dense_build
+    from odqa.pipelines.dense.sharded_encoding import EncodedCorpus, read_manifest, write_manifest
+    from odqa.storage.index_layout import IndexLayout
+    from odqa.storage.model_registry import resolve_model
+    from odqa.storage.releases import current_release
 
     ws = copy_of(base, tmp_path, "resume")
     runner = RunnerSettings(kind="threads", workers=2)
@@ -192,8 +192,8 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
 
 @pytest.mark.e2e
 def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
-    from flows.index import index_build_flow
-    from flows.mine import mine_flow
+    from odqa.flows.index import index_build_flow
+    from odqa.flows.mine import mine_flow
 
     indexed = copy_of(base, tmp_path, "indexed")
     index_build_flow(model=model, workspace=indexed)
@@ -251,7 +251,7 @@ def accelerator_cluster() -> Iterator:
     """Two workers, each declaring one unit of the accelerator resource."""
     from distributed import LocalCluster
 
-    from flows.task_runners import ACCELERATOR
+    from odqa.flows.task_runners import ACCELERATOR
 
     with LocalCluster(n_workers=2, threads_per_worker=2, processes=False, dashboard_address=None,
                       resources={ACCELERATOR: 1}) as local:  # fmt: skip
@@ -267,7 +267,7 @@ def _count_shards(cluster, lose_after: int | None = None) -> ShardCounts:
 @pytest.fixture(scope="module")
 def reference(base: Path, model: str, tmp_path_factory) -> tuple[list[str], np.ndarray]:
     """The default runner's embeddings (in process) with shards of `SMALL_SHARD` passages."""
-    from flows.encode import encode_flow
+    from odqa.flows.encode import encode_flow
 
     ws = copy_of(base, tmp_path_factory.mktemp("reference"), "unmapped")
     encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD, batch_size=4)
@@ -283,7 +283,7 @@ def test_two_workspaces_share_a_cluster_whose_workers_declare_the_accelerator(
     between), and two workspaces' encodes on the one cluster both finish, bit-identical."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from flows.encode import encode_flow
+    from odqa.flows.encode import encode_flow
 
     counts = _count_shards(accelerator_cluster)
     runner = RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address)
@@ -310,7 +310,7 @@ def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, ac
     their files written and take them (no passage is encoded twice), and no shard waits for the
     lost worker: no gap between finished shards after the loss is longer than a shard takes
     (the issue measured 70 s for a dead task's slot)."""
-    from flows.encode import encode_flow
+    from odqa.flows.encode import encode_flow
 
     counts = _count_shards(accelerator_cluster, lose_after=2)
     ws = copy_of(base, tmp_path, "lost")
@@ -329,11 +329,11 @@ def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, ac
 def test_index_build_keeps_the_shards_encode_made(base: Path, model: str, tmp_path: Path) -> None:
     """`odqa encode --shard-size 2` then `odqa index build` (default shard size): nothing is
     encoded again, the shard files stay as they were."""
-    from flows.encode import encode_flow
-    from flows.index import index_build_flow
-    from models.workspace_search import dense_build
-    from pipelines.dense.sharded_encoding import read_manifest
-    from storage.model_registry import resolve_model
+    from odqa.flows.encode import encode_flow
+    from odqa.flows.index import index_build_flow
+    from odqa.models.workspace_search import dense_build
+    from odqa.pipelines.dense.sharded_encoding import read_manifest
+    from odqa.storage.model_registry import resolve_model
 
     ws = copy_of(base, tmp_path, "encode-then-index")
     encode_flow(model=model, workspace=ws, shard_size=2, batch_size=4, dtype="float16")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.pipeline import (
+from odqa.flows.pipeline import (
     DomainSettings,
     EvaluationSettings,
     QuestionSettings,
@@ -19,9 +19,9 @@ from flows.pipeline import (
     plan_stages,
     stage_key,
 )
-from flows.task_runners import RunnerSettings
-from pipelines.retrieval.java import JavaMissingError, check_java
-from storage import Workspace
+from odqa.flows.task_runners import RunnerSettings
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.storage import Workspace
 
 TINY_TRAINING = TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3, mine_depth=20)
 TINY_QUESTIONS = QuestionSettings(paq=None, imports=[])
@@ -63,7 +63,7 @@ def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -
         check_java()
     except JavaMissingError as error:
         pytest.skip(f"BM25 needs a JDK: {error}")
-    from flows.pipeline import odqa_pipeline
+    from odqa.flows.pipeline import odqa_pipeline
 
     ws = str(tmp_path / "ws")
     settings = {"workspace": ws, "questions": TINY_QUESTIONS, "training": TINY_TRAINING}

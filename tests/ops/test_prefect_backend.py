@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prefect import flow, task
 
-from flows.backend.local_server import TemporaryServer
+from odqa.flows.backend.local_server import TemporaryServer
 
 TAG = "odqa-backend-test"
 STAGES = 40
@@ -85,12 +85,12 @@ def test_the_cluster_listens_on_its_socket_only(prefect_server: TemporaryServer)
 
 def test_without_postgresql_the_server_falls_back_to_sqlite_and_says_so(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from flows.backend.database import SQLITE_COST, prefect_database
+    from odqa.flows.backend.database import SQLITE_COST, prefect_database
 
     monkeypatch.setenv("ODQA_POSTGRES_DIR", str(tmp_path / "cluster"))
     monkeypatch.setenv("ODQA_POSTGRES_BIN", str(tmp_path / "no-postgres-here"))
     monkeypatch.setenv("PATH", str(tmp_path))  # no pg_ctl on PATH either
-    monkeypatch.setattr("flows.backend.postgres.DEBIAN_LIB", tmp_path / "no-debian-packages")
+    monkeypatch.setattr("odqa.flows.backend.postgres.DEBIAN_LIB", tmp_path / "no-debian-packages")
     for name in ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL",
                  "ODQA_PREFECT_BACKEND"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)

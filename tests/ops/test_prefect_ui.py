@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.deployment_forms import typed_field, typed_form
-from flows.server import POOL, REPO_ROOT, prefect, prefect_env
+from odqa.flows.deployment_forms import typed_field, typed_form
+from odqa.flows.server import POOL, REPO_ROOT, prefect, prefect_env
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
 
@@ -57,7 +57,7 @@ def test_typed_field_keeps_tri_state_switches_and_real_defaults() -> None:
 
 def _evaluated_workspace(cli, tmp_path: Path) -> str:
     """A workspace with one real evaluation: passages, questions and an imported TREC run."""
-    from storage import Workspace
+    from odqa.storage import Workspace
 
     ws = tmp_path / "ws"
     cli("-w", str(ws), "import", "passages", "--format", "dpr-tsv", str(write_passages(tmp_path / "p.tsv", PASSAGES)))
@@ -99,7 +99,7 @@ def test_the_train_form_describes_every_parameter_and_artifacts_show_plots(cli, 
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from flows.train import train_flow
+    from odqa.flows.train import train_flow
 
     run = _evaluated_workspace(cli, tmp_path)
     deployment = _deploy_train(prefect_harness)

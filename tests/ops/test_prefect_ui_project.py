@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
+from odqa.flows.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.experiments.tiny_encoder import write_tiny_encoder
 from tests.ops.test_cli_terminal import PASSAGES, write_passages
@@ -168,8 +168,8 @@ def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: 
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from storage import Workspace
-    from storage.releases import current_release
+    from odqa.storage import Workspace
+    from odqa.storage.releases import current_release
 
     ws = tmp_path / "ws"
     logs = tmp_path / "worker.log"

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-import pipelines.progress as progress_module
-from pipelines.progress import Progress, progress, progress_interval, progress_mode, track
+import odqa.pipelines.progress as progress_module
+from odqa.pipelines.progress import Progress, progress, progress_interval, progress_mode, track
 
 
 class Clock:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.sample_data import SAMPLE_DUMP
-from pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.flows.sample_data import SAMPLE_DUMP
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 QUESTION = "Where was Marie Curie born?"
 DELTA = [
@@ -42,10 +42,10 @@ def _search(holder, retriever: str, question: str, k: int) -> tuple[str, list[tu
 
 @pytest.mark.e2e
 def test_searches_during_a_reindex_always_hit_a_complete_release(prefect_harness, tmp_path: Path, java) -> None:
-    from flows.reindex import reindex_flow
-    from service.releases import ReleaseHolder
-    from storage import Workspace
-    from storage.releases import current_release, published_releases
+    from odqa.flows.reindex import reindex_flow
+    from odqa.service.releases import ReleaseHolder
+    from odqa.storage import Workspace
+    from odqa.storage.releases import current_release, published_releases
 
     ws = Workspace.resolve(tmp_path / "ws")
     first = reindex_flow(workspace=str(ws.root), dump=str(SAMPLE_DUMP), model=_minilm())
@@ -105,9 +105,9 @@ def test_searches_during_a_reindex_always_hit_a_complete_release(prefect_harness
 
 
 def test_a_second_reindex_is_refused_while_one_runs(prefect_harness, tmp_path: Path) -> None:
-    from flows.reindex import reindex_flow
-    from storage import Workspace
-    from storage.releases import ReindexBusyError, reindex_lock
+    from odqa.flows.reindex import reindex_flow
+    from odqa.storage import Workspace
+    from odqa.storage.releases import ReindexBusyError, reindex_lock
 
     ws = Workspace.resolve(tmp_path / "ws")
     with reindex_lock(ws, holder="test run"):
@@ -144,12 +144,12 @@ def _edited_dump(source: Path, target: Path, edit: list[int], remove: int, add_f
 def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Path, java) -> None:
     import numpy as np
 
-    from flows.reindex import reindex_flow
-    from models.workspace_search import bm25_searcher, dense_build, dense_searcher
-    from pipelines.dense.sharded_encoding import EncodedCorpus
-    from storage import Workspace
-    from storage.model_registry import resolve_model
-    from storage.releases import current_release
+    from odqa.flows.reindex import reindex_flow
+    from odqa.models.workspace_search import bm25_searcher, dense_build, dense_searcher
+    from odqa.pipelines.dense.sharded_encoding import EncodedCorpus
+    from odqa.storage import Workspace
+    from odqa.storage.model_registry import resolve_model
+    from odqa.storage.releases import current_release
 
     plain = SAMPLE_DUMP.with_suffix("")  # the uncompressed sample, same pages
     first_ws, full_ws = Workspace.resolve(tmp_path / "incremental"), Workspace.resolve(tmp_path / "full")

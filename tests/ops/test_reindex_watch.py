@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.incoming import look_at
+from odqa.flows.incoming import look_at
 
 
 def test_a_folder_yields_the_newest_dump_every_passages_file_and_what_it_ignored(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from flows.task_runners import RunnerSettings, make_task_runner
-from pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from odqa.flows.task_runners import RunnerSettings, make_task_runner
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 
 def test_runner_choice() -> None:
@@ -31,11 +31,11 @@ def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_h
         pytest.skip(f"BM25 needs a JDK: {error}")
     from distributed import LocalCluster
 
-    from flows.bm25 import bm25_index_flow
-    from flows.questions import import_questions_flow
-    from flows.retrieve import retrieve_flow
-    from flows.wikipedia import ingest_wikipedia_flow
-    from storage import Workspace
+    from odqa.flows.bm25 import bm25_index_flow
+    from odqa.flows.questions import import_questions_flow
+    from odqa.flows.retrieve import retrieve_flow
+    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.storage import Workspace
 
     ws = str(tmp_path / "ws")
     ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=ws)
@@ -56,7 +56,7 @@ def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_h
 
 
 def test_cli_runner_options_name_settings_only_when_given() -> None:
-    from flows.cli.runner_options import runner_settings
+    from odqa.flows.cli.runner_options import runner_settings
 
     assert runner_settings(None, None, None) is None
     assert runner_settings("processes", 3, None).model_dump() == {
@@ -67,7 +67,7 @@ def test_cli_runner_options_name_settings_only_when_given() -> None:
 
 
 def test_runner_descriptions_name_where_tasks_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flows.task_runners import DASK_ADDRESS_ENV, RunnerSettings
+    from odqa.flows.task_runners import DASK_ADDRESS_ENV, RunnerSettings
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert RunnerSettings(kind="processes", workers=3).describe() == "processes (3 workers)"

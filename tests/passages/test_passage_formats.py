@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipelines.passage_formats import PassageFormatError, read_beir_corpus, read_dpr_tsv, write_dpr_tsv
+from odqa.pipelines.passage_formats import PassageFormatError, read_beir_corpus, read_dpr_tsv, write_dpr_tsv
 
 DPR_TSV = (
     'id\ttext\ttitle\n'

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.questions.triples import WIKIDATA_ENTITY, Triple
+from odqa.pipelines.questions.triples import WIKIDATA_ENTITY, Triple
 
 RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
 SKOS_ALT = "http://www.w3.org/2004/02/skos/core#altLabel"
@@ -47,7 +47,7 @@ def ntriples(triples: Sequence[Triple], extra: Sequence[str] = ()) -> str:
 @pytest.fixture
 def oxigraph(tmp_path: Path) -> Iterator[Callable[[str], str]]:
     """Serve an N-Triples text with Oxigraph (flows.oxigraph.local_sparql_endpoint); returns its URL."""
-    from flows.oxigraph import local_sparql_endpoint
+    from odqa.flows.oxigraph import local_sparql_endpoint
 
     with contextlib.ExitStack() as stack:
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipelines.questions.holdout import held_out, split_holdout
-from pipelines.questions.rows import stable_id
+from odqa.pipelines.questions.holdout import held_out, split_holdout
+from odqa.pipelines.questions.rows import stable_id
 
 
 def _questions(n: int, dataset: str = "squad") -> pa.Table:

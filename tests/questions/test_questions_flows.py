@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import flows.cli.questions  # noqa: F401  (registers the verbs on `odqa`)
-from pipelines.questions.sparql import SparqlError
-from pipelines.questions.triples import Triple
+import odqa.flows.cli.questions  # noqa: F401  (registers the verbs on `odqa`)
+from odqa.pipelines.questions.sparql import SparqlError
+from odqa.pipelines.questions.triples import Triple
 from tests.questions.conftest import ntriples
 
 TEMPLATES = {"P19": "Where was [X] born?", "P20": "Where did [X] die?"}
@@ -83,7 +83,7 @@ def test_trex_sparql_matches_the_jsonl_path(cli, workspace, inputs, oxigraph) ->
 
 
 def test_sparql_endpoint_that_stays_down_writes_nothing(workspace, inputs, front_server) -> None:
-    from flows.questions import trex_questions_flow
+    from odqa.flows.questions import trex_questions_flow
 
     front = front_server(lambda n: (503, {"Retry-After": "0"}), upstream=None)
     with pytest.raises(SparqlError, match="HTTP 503"):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.questions.imports import (
+from odqa.pipelines.questions.imports import (
     ImportFormatError,
     dedupe_passages,
     import_questions,
 )
-from pipelines.questions.rows import stable_id
-from pipelines.questions.specs import DatasetSpec, parse_dataset_specs
+from odqa.pipelines.questions.rows import stable_id
+from odqa.pipelines.questions.specs import DatasetSpec, parse_dataset_specs
 from tests.conftest import shared_data
 
 DPR_JSON = [

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.questions.jsonstream import JsonFormatError
-from pipelines.questions.paq import PaqConfig, sample_paq
+from odqa.pipelines.questions.jsonstream import JsonFormatError
+from odqa.pipelines.questions.paq import PaqConfig, sample_paq
 
 
 def _line(question: str, answer: list[str] | str, passage_ids: list[str | int]) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipelines.questions.positives import find_positives, normalize_title, resolve_title
-from pipelines.questions.splits import single_split
-from pipelines.questions.triples import Triple
+from odqa.pipelines.questions.positives import find_positives, normalize_title, resolve_title
+from odqa.pipelines.questions.splits import single_split
+from odqa.pipelines.questions.triples import Triple
 
 PASSAGES = pa.table(
     {

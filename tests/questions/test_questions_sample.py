@@ -9,15 +9,15 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from flows.oxigraph import local_sparql_endpoint
-from flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from pipelines.questions.imports import import_questions
-from pipelines.questions.paq import PaqConfig, sample_paq
-from pipelines.questions.positives import find_positives
-from pipelines.questions.sparql import SparqlTripleSource
-from pipelines.questions.splits import SplitConfig, single_split, thesis_splits
-from pipelines.questions.templates import load_templates
-from pipelines.questions.triples import JsonlTripleSource
+from odqa.flows.oxigraph import local_sparql_endpoint
+from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from odqa.pipelines.questions.imports import import_questions
+from odqa.pipelines.questions.paq import PaqConfig, sample_paq
+from odqa.pipelines.questions.positives import find_positives
+from odqa.pipelines.questions.sparql import SparqlTripleSource
+from odqa.pipelines.questions.splits import SplitConfig, single_split, thesis_splits
+from odqa.pipelines.questions.templates import load_templates
+from odqa.pipelines.questions.triples import JsonlTripleSource
 
 WIKIDATA = SAMPLE_DIR / "wikidata"
 
@@ -58,7 +58,7 @@ def test_sample_rdf_over_sparql_equals_its_jsonl(sample_endpoint: str, sample_re
 
 
 def _sample_corpus() -> tuple[pa.Table, pa.Table]:
-    from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+    from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks
 
     if not SAMPLE_DUMP.exists():
         pytest.skip(f"bundled sample dump missing: {SAMPLE_DUMP}")

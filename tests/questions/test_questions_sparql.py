@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.questions.sparql import SparqlError, SparqlTripleSource, aliases_query, triples_query
-from pipelines.questions.triples import JsonlTripleSource, Triple
+from odqa.pipelines.questions.sparql import SparqlError, SparqlTripleSource, aliases_query, triples_query
+from odqa.pipelines.questions.triples import JsonlTripleSource, Triple
 from tests.questions.conftest import RDFS_LABEL, WDT, ntriples
 
 E = "http://www.wikidata.org/entity/"

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.questions.splits import (
+from odqa.pipelines.questions.splits import (
     ANALYSIS_SPLITS,
     THESIS_SEEN_RELATIONS,
     THESIS_UNSEEN_RELATIONS,
@@ -15,7 +15,7 @@ from pipelines.questions.splits import (
     single_split,
     thesis_splits,
 )
-from pipelines.questions.triples import Triple
+from odqa.pipelines.questions.triples import Triple
 
 TEMPLATES = {r: f"Question about [X] for {r}?" for r in THESIS_SEEN_RELATIONS + THESIS_UNSEEN_RELATIONS + ("P50",)}
 TABLE_3_1 = {"P19": 10_000, "P159": 10_000, "P176": 10_000, "P264": 10_000, "P407": 6_722, "P413": 10_000,

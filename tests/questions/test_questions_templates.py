@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.questions.templates import (
+from odqa.pipelines.questions.templates import (
     TemplateError,
     base_relation,
     load_templates,

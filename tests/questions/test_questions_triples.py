@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.questions import jsonstream
-from pipelines.questions.jsonstream import JsonFormatError, iter_json_array
-from pipelines.questions.triples import (
+from odqa.pipelines.questions import jsonstream
+from odqa.pipelines.questions.jsonstream import JsonFormatError, iter_json_array
+from odqa.pipelines.questions.triples import (
     JsonlTripleSource,
     TrexTripleSource,
     Triple,

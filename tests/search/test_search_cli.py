@@ -28,7 +28,7 @@ PASSAGES = [
 
 ODQA = """
 import atexit, sys
-from flows.cli import main
+from odqa.flows.cli import main
 heavy = ("prefect", "torch", "faiss")
 atexit.register(lambda: print("heavy modules:", sorted({n.split(".")[0] for n in sys.modules} & set(heavy)),
                               file=sys.stderr))
@@ -40,11 +40,11 @@ WAIT_S = 300  # generous: a loaded 2-core CI machine starts a JVM or torch slowl
 @pytest.fixture(scope="module")
 def bm25_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Five passages and their BM25 index, built by the stages' own steps (no flow run, no server)."""
-    from flows.bm25 import build_bm25_task
-    from flows.passages import import_passages_task
-    from pipelines.retrieval.java import JavaMissingError, check_java
-    from storage import Workspace
-    from storage.passages import require_passages
+    from odqa.flows.bm25 import build_bm25_task
+    from odqa.flows.passages import import_passages_task
+    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
+    from odqa.storage import Workspace
+    from odqa.storage.passages import require_passages
 
     try:
         check_java()

@@ -8,12 +8,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pipelines.dense.faiss_index import IndexMetadata
-from pipelines.dense.hybrid import fuse, fusion_candidates
-from pipelines.search.freshness import dense_index_problem
-from pipelines.search.hits import Hits
-from pipelines.search.hybrid_searcher import HybridSearcher, fused_hits
-from pipelines.search.searcher import Searcher, search_run
+from odqa.pipelines.dense.faiss_index import IndexMetadata
+from odqa.pipelines.dense.hybrid import fuse, fusion_candidates
+from odqa.pipelines.search.freshness import dense_index_problem
+from odqa.pipelines.search.hits import Hits
+from odqa.pipelines.search.hybrid_searcher import HybridSearcher, fused_hits
+from odqa.pipelines.search.searcher import Searcher, search_run
 
 PASSAGES = {"p1": "paris is the capital of france", "p2": "berlin is the capital of germany",
             "p3": "the seine flows through paris", "p4": "rome is in italy"}  # fmt: skip

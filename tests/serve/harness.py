@@ -17,7 +17,7 @@ from typing import Any
 import requests
 import uvicorn
 
-from service.connections import HEADER_TIMEOUT_S, uvicorn_config
+from odqa.service.connections import HEADER_TIMEOUT_S, uvicorn_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ class ServiceProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
-        self.cmd = [sys.executable, "-c", "from flows.cli import main; main()", "--workspace", str(workspace),
+        self.cmd = [sys.executable, "-c", "from odqa.flows.cli import main; main()", "--workspace", str(workspace),
                     "serve", "--host", "127.0.0.1", "--port", str(self.port), *args]  # fmt: skip
         self.proc: subprocess.Popen | None = None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from service.app import create_app
+from odqa.service.app import create_app
 from tests.serve.harness import ServiceThread
 
 QUESTION = "Where was Marie Curie born?"
@@ -30,8 +30,8 @@ def _search(service: ServiceThread, body: dict | str | bytes, **kw) -> requests.
 @pytest.mark.parametrize("retriever", ["dense", "bm25", "hybrid"])
 def test_search_answers_from_the_current_release(service: ServiceThread, served_workspace: Path,
                                                  retriever: str) -> None:  # fmt: skip
-    from storage import Workspace
-    from storage.releases import current_release
+    from odqa.storage import Workspace
+    from odqa.storage.releases import current_release
 
     version = current_release(Workspace.resolve(served_workspace)).release
     reply = _search(service, {"question": QUESTION, "k": 5, "retriever": retriever, "alpha": 1.0})
@@ -66,8 +66,8 @@ def test_concurrent_requests_are_micro_batched(service: ServiceThread) -> None:
 
 
 def test_index_health_and_docs(service: ServiceThread, served_workspace: Path) -> None:
-    from storage import Workspace
-    from storage.releases import current_release
+    from odqa.storage import Workspace
+    from odqa.storage.releases import current_release
 
     release = current_release(Workspace.resolve(served_workspace))
     info = requests.get(f"{service.url}/index", timeout=10).json()

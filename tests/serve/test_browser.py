@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.app import create_app
+from odqa.service.app import create_app
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.serve.harness import ServiceThread
 
@@ -27,8 +27,8 @@ def test_the_search_page_shows_highlighted_results_and_the_index_version(browser
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from storage import Workspace
-    from storage.releases import current_release
+    from odqa.storage import Workspace
+    from odqa.storage.releases import current_release
 
     version = current_release(Workspace.resolve(served_workspace)).release
     with ServiceThread(create_app(served_workspace)) as service:

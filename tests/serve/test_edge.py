@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from service.app import create_app
+from odqa.service.app import create_app
 from tests.boundaries.test_service_edge import REFUSED
 from tests.serve.harness import ServiceThread
 

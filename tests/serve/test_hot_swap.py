@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from service.releases import ReleaseHolder
-from storage import Workspace
-from storage.releases import Release, current_release, switch_current
+from odqa.service.releases import ReleaseHolder
+from odqa.storage import Workspace
+from odqa.storage.releases import Release, current_release, switch_current
 
 
 def _clone_release(ws: Workspace, new_id: str, source: Release | None = None, copy_dense: bool = False) -> Release:

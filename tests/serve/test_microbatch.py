@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pipelines.microbatch import BatcherClosedError, MicroBatcher
+from odqa.pipelines.microbatch import BatcherClosedError, MicroBatcher
 
 
 def _squares(calls: list[list[int]]):

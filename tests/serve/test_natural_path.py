@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipelines.retrieval.java import JavaMissingError, check_java
+from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 from tests.serve.harness import ServiceProcess, minilm
 from tests.serve.load import MARKERS, LoadGenerator, assert_no_problems
 

@@ -11,7 +11,7 @@ from tests.serve.harness import REPO, subprocess_env
 CHECK = """
 import sys
 from fastapi.testclient import TestClient
-from service.app import create_app
+from odqa.service.app import create_app
 
 with TestClient(create_app(sys.argv[1], poll_s=0.2)) as client:  # runs the app's startup (the release watcher)
     reply = client.post("/search", json={"question": "Where was Marie Curie born?"})

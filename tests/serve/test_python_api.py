@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import odqa
-from storage.catalog import ReadOnlyViolation
+from odqa.storage.catalog import ReadOnlyViolation
 from tests.serve.harness import REPO, minilm, subprocess_env
 
 QUESTION = "Where was Marie Curie born?"

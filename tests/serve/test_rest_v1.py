@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from service.app import create_app
-from service.releases import model_display_name
+from odqa.service.app import create_app
+from odqa.service.releases import model_display_name
 from tests.serve.harness import ServiceThread, minilm
 
 QUESTION = "Where was Marie Curie born?"

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.atomic import (
+from odqa.storage.atomic import (
     atomic_file,
     atomic_text_file,
     atomic_write_json,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from storage import Workspace
-from storage.catalog import ReadOnlyViolation, check_read_only
+from odqa.storage import Workspace
+from odqa.storage.catalog import ReadOnlyViolation, check_read_only
 
 
 def test_views_follow_commits(workspace: Workspace) -> None:

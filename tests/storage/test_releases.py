@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from storage import Workspace
-from storage.index_layout import BM25_METADATA, FAISS_METADATA, IndexLayout
-from storage.releases import (
+from odqa.storage import Workspace
+from odqa.storage.index_layout import BM25_METADATA, FAISS_METADATA, IndexLayout
+from odqa.storage.releases import (
     NoReleaseError,
     ReindexBusyError,
     current_release,

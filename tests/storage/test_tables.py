@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage import Workspace
-from storage.schemas import conform
+from odqa.storage import Workspace
+from odqa.storage.schemas import conform
 
 
 def _passages(ids: list[str], title: str = "T") -> list[dict]:
@@ -115,7 +115,7 @@ def test_killed_writer_never_exposes_a_partial_part(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import os, signal
-        from storage import Workspace
+        from odqa.storage import Workspace
         ws = Workspace.resolve({str(root)!r})
         rows = [{{"passage_id": str(i), "title": "t", "text": "x " * 200, "position": i}} for i in range(20000)]
         with ws.transaction("s", fingerprint="f") as tx:
@@ -138,7 +138,7 @@ def test_killed_writer_never_exposes_a_partial_part(tmp_path: Path) -> None:
 def test_rewrite_updates_parts_in_place_and_detects_conflicts(workspace: Workspace) -> None:
     import pyarrow.compute as pc
 
-    from storage.tables import ConcurrentUpdateError
+    from odqa.storage.tables import ConcurrentUpdateError
 
     with workspace.transaction("a") as tx:
         tx.write("passages", _passages(["a1", "a2"]), source="A")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.wikipedia import dump_reader
-from pipelines.wikipedia.dump_reader import DumpError, iter_pages
+from odqa.pipelines.wikipedia import dump_reader
+from odqa.pipelines.wikipedia.dump_reader import DumpError, iter_pages
 from tests.wikipedia.dumps import Page, dump_bytes, write_bz2, write_multistream, write_xml
 
 PAGES = [

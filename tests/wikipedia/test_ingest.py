@@ -14,9 +14,9 @@ import psutil
 import pyarrow as pa
 import pytest
 
-from pipelines.wikipedia import ingest
-from pipelines.wikipedia.dump_reader import DumpError, RawPage, iter_pages
-from pipelines.wikipedia.ingest import (
+from odqa.pipelines.wikipedia import ingest
+from odqa.pipelines.wikipedia.dump_reader import DumpError, RawPage, iter_pages
+from odqa.pipelines.wikipedia.ingest import (
     IngestOptions,
     _pool_context,
     iter_chunks,
@@ -24,8 +24,8 @@ from pipelines.wikipedia.ingest import (
     ordered_results,
     process_chunk,
 )
-from pipelines.wikipedia.wikitext_cleaner import clean_wikitext
-from storage.schemas import SCHEMAS
+from odqa.pipelines.wikipedia.wikitext_cleaner import clean_wikitext
+from odqa.storage.schemas import SCHEMAS
 from tests.wikipedia.dumps import Page, dump_bytes, write_bz2
 
 LONG = " ".join(f"w{i}" for i in range(230))
@@ -222,7 +222,7 @@ def test_pool_works_beside_other_threads(tmp_path: Path) -> None:
 KILLED_READER = """
 import os, sys, time
 import psutil
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks
 for chunk in iter_chunks(sys.argv[1], IngestOptions(chunk_pages=1, workers=2)):
     print(" ".join(str(p.pid) for p in psutil.Process().children(recursive=True)), flush=True)
     time.sleep(60)
@@ -279,8 +279,8 @@ def test_options_are_validated() -> None:
 def test_category_pages_record_soft_redirects_and_hidden_flag() -> None:
     """{{Category redirect|X}} becomes the page's redirect; __HIDDENCAT__ files it under
     "Hidden categories", as MediaWiki does, so the domain labeller can follow / skip them."""
-    from pipelines.wikipedia.dump_reader import RawPage
-    from pipelines.wikipedia.ingest import IngestOptions, process_chunk
+    from odqa.pipelines.wikipedia.dump_reader import RawPage
+    from odqa.pipelines.wikipedia.ingest import IngestOptions, process_chunk
 
     pages = [
         RawPage(1, "Category:Soccer players", 14, None, "{{Category redirect|Association football players}}", 0),

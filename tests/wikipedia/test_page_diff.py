@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pyarrow.dataset as ds
 
-from flows.sample_data import SAMPLE_DUMP
-from pipelines.wikipedia.ingest import IngestOptions, iter_raw_chunks, process_chunk
-from pipelines.wikipedia.page_diff import DiffCounts, PageHashes, PreviousRows, diff_chunk, page_hash
+from odqa.flows.sample_data import SAMPLE_DUMP
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_raw_chunks, process_chunk
+from odqa.pipelines.wikipedia.page_diff import DiffCounts, PageHashes, PreviousRows, diff_chunk, page_hash
 
 
 def test_diff_chunk_equals_a_full_clean_and_cleans_only_changed_pages() -> None:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pipelines.wikipedia.passages import split_passages
+from odqa.pipelines.wikipedia.passages import split_passages
 
 
 @pytest.mark.parametrize("words_per_passage", [1, 3, 100])

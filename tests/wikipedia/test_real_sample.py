@@ -13,9 +13,9 @@ from collections import defaultdict
 
 import pytest
 
-from pipelines.wikipedia.dump_reader import iter_pages
-from pipelines.wikipedia.ingest import IngestOptions, iter_chunks
-from pipelines.wikipedia.wikitext_cleaner import clean_wikitext, is_disambiguation
+from odqa.pipelines.wikipedia.dump_reader import iter_pages
+from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_chunks
+from odqa.pipelines.wikipedia.wikitext_cleaner import clean_wikitext, is_disambiguation
 from tests.conftest import shared_data
 
 REMNANTS = ("{{", "}}", "[[", "]]", "<ref", "thumb|", "Category:", "&nbsp;")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.wikipedia.wikitext_cleaner import (
+from odqa.pipelines.wikipedia.wikitext_cleaner import (
     clean_wikitext,
     extract_categories,
     is_disambiguation,
