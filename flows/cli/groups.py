@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 # Verbs that answer without a Prefect server: they report to the workspace's server only when it
 # already runs and never start one.
-SERVERLESS_VERBS = frozenset({"sql", "serve", "index plan", "server status", "server stop", "server reset"})
+SERVERLESS_VERBS = frozenset({"sql", "serve", "index plan", "server status", "server stop", "server reset",
+                              "server list"})  # fmt: skip
 # Verbs that run no flow at all, so they never look for a Prefect server (`odqa search` answers
 # question after question in this process and writes nothing).
 PREFECTLESS_VERBS = frozenset({"search"})
