@@ -96,8 +96,10 @@ def test_two_rank_ddp_matches_single_process_on_the_global_batch(tiny_checkpoint
     trainer._micro_step(single, toy_examples[: 2 * PER_RANK], 0, DistributedContext(), None, scaler, True)
     expected = _gradients(single)
     assert set(distributed) == set(expected)
+    # float32 sums in another order: 4 of 5,376 word-embedding entries differed by 1.4e-6 (seen with
+    # torch 2.13 + transformers 5.24), so the absolute tolerance is 1e-5, still far below any real gradient
     for name, gradient in expected.items():
-        torch.testing.assert_close(distributed[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(distributed[name], gradient, rtol=1e-4, atol=1e-5, msg=name)
 
     # The full DDP training loop ran too: rank 0 wrote a loadable checkpoint after 2 steps.
     trained = load_retriever(output / "checkpoint")
