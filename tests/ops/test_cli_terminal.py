@@ -136,7 +136,9 @@ def test_failure_names_the_log_file(prefect_harness, tmp_path: Path) -> None:
     assert "Traceback" in (ws / "logs" / "odqa.log").read_text(encoding="utf-8")
 
 
-def test_search_needs_no_prefect_server_and_builds_the_missing_index(cli, tmp_path: Path) -> None:
+def test_search_needs_no_prefect_server_and_refuses_a_missing_index(cli, tmp_path: Path) -> None:
+    """`odqa search` writes nothing: a missing index is refused naming the command that builds it;
+    once built, the search starts no Prefect server."""
     from odqa.flows.backend.local_server import read_record
 
     ws = tmp_path / "ws"
@@ -145,18 +147,19 @@ def test_search_needs_no_prefect_server_and_builds_the_missing_index(cli, tmp_pa
     prefect_home = Path(env["PREFECT_HOME"])
     question = "Which composer wrote the opera Glass Tides?"
 
-    first = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
-    assert first.returncode == 0, first.stderr
-    assert f"no flat index for model {minilm()}; building it" in first.stderr
-    assert "1. [" in first.stdout and "Ilsa Brandt (3)" in first.stdout
-    assert not [noise for noise in PREFECT_NOISE if noise in first.stdout + first.stderr]
-    # No Prefect server was started: neither a temporary one (it would have created its database
-    # here) nor the workspace's own.
-    assert not (prefect_home / "prefect.db").exists() and read_record(ws) is None
+    missing = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
+    assert missing.returncode != 0
+    assert f"no flat index for model '{minilm()}'; build it with: odqa index build" in missing.stderr
+    cli("-w", str(ws), "index", "build", "--model", minilm(), "--type", "flat")
+    server_before = read_record(ws)
 
-    again = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
-    assert again.returncode == 0, again.stderr
-    assert "building it" not in again.stderr and "Ilsa Brandt (3)" in again.stdout
+    found = odqa(env, "-w", ws, "search", "--model", minilm(), "--k", "1", question)
+    assert found.returncode == 0, found.stderr
+    assert "1. [" in found.stdout and "Ilsa Brandt (3)" in found.stdout
+    assert not [noise for noise in PREFECT_NOISE if noise in found.stdout + found.stderr]
+    # No Prefect server was started by the search: neither a temporary one (it would have created
+    # its database here) nor the workspace's own.
+    assert not (prefect_home / "prefect.db").exists() and read_record(ws) == server_before
 
 
 def test_retrieve_builds_a_missing_or_stale_index(cli, tmp_path: Path) -> None:
