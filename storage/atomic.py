@@ -29,6 +29,18 @@ def slug(text: str, empty: str = "item") -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or empty
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process of this host has this pid (folders named by their builder's pid use it
+    to find the ones a dead builder left)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _temporary_sibling(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.{kind}")
 
@@ -105,12 +117,15 @@ def replace_directory(staging: Path, target: Path) -> None:
 @contextlib.contextmanager
 def building_directory(target: Path) -> Iterator[Path]:
     """A fresh sibling folder to build `target` in; swapped into place when the block succeeds,
-    deleted when it fails (a killed build leaves only a hidden `.building` folder, cleared by
-    the next build of the same target)."""
+    deleted when it fails. The folder is named after its builder's pid: a killed build leaves a
+    hidden `.building-<pid>` folder that the next build of the same target clears, while a build
+    still running elsewhere keeps its folder (two live builds both finish; the last swap wins)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.*.building"):
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = _temporary_sibling(target, "building")
+    for stale in target.parent.glob(f".{target.name}.*.building*"):
+        pid = stale.name.rpartition(".building-")[2]
+        if not (pid.isdigit() and process_alive(int(pid))):
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = _temporary_sibling(target, f"building-{os.getpid()}")
     staging.mkdir()
     try:
         yield staging

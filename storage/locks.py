@@ -29,18 +29,6 @@ class WriterBusy(RuntimeError):
     """Another live process writes the same thing; the message names it."""
 
 
-def process_alive(pid: int) -> bool:
-    """Whether a process of this host has this pid (build folders named by pid use it to find
-    the ones their dead builders left)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def holder_text(info: dict) -> str:
     """"pid 123 on host h (odqa train ...) since 12:00:01 UTC" from a lock file's record."""
     if not info:

@@ -30,8 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ...storage.atomic import replace_directory
-from ...storage.locks import process_alive
+from ...storage.atomic import process_alive, replace_directory
 from ..progress import progress, track
 from .java import ensure_java
 

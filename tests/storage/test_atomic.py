@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,3 +63,25 @@ def test_a_folder_is_built_aside_and_swapped_in_whole(tmp_path: Path) -> None:
 def test_slug_keeps_names_file_safe() -> None:
     assert slug("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers_all-MiniLM-L6-v2"
     assert slug("///", "model") == "model"
+
+
+def test_a_build_never_removes_a_live_builders_folder(tmp_path: Path) -> None:
+    """Two builds of one target: the second clears only folders whose builder is dead."""
+    target = tmp_path / "index"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        running = tmp_path / f".index.abcd1234.building-{live.pid}"
+        killed = tmp_path / f".index.ef567890.building-{dead.pid}"
+        legacy = tmp_path / ".index.0a1b2c3d.building"  # an older build's folder, no pid
+        for folder in (running, killed, legacy):
+            folder.mkdir()
+        with building_directory(target) as staging:
+            assert staging.name.endswith(f".building-{os.getpid()}")
+            (staging / "part").write_text("mine", encoding="utf-8")
+        assert running.is_dir() and not killed.exists() and not legacy.exists()
+        assert (target / "part").read_text(encoding="utf-8") == "mine"
+    finally:
+        live.kill()
+        live.wait()
