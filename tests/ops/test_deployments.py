@@ -25,8 +25,8 @@ FLOW_NAMES = {
     "odqa.flows.wikipedia:ingest_wikipedia_flow": "ingest-wikipedia",
     "odqa.flows.passages:import_passages_flow": "import-passages",
     "odqa.flows.questions:import_questions_flow": "import-questions",
-    "flows/bm25.py:bm25_index_flow": "bm25-index",
-    "flows/negatives.py:bm25_negatives_flow": "negatives-bm25",
+    "odqa.flows.bm25:bm25_index_flow": "bm25-index",
+    "odqa.flows.negatives:bm25_negatives_flow": "negatives-bm25",
     "odqa.flows.mine:mine_flow": "mine-negatives",
     "odqa.flows.index:index_build_flow": "dense-index-build",
     "odqa.flows.retrieve:retrieve_flow": "retrieve",
@@ -72,7 +72,7 @@ def test_no_deployment_defaults_to_sample_data_or_to_a_value_a_cleared_field_can
     for deployment in spec["deployments"]:
         if deployment["name"] == "pipeline":
             continue
-        flow = load_flow_from_entrypoint(str(REPO_ROOT / deployment["entrypoint"]))
+        flow = load_flow_from_entrypoint(deployment["entrypoint"])
         signature = inspect.signature(flow.fn).parameters
         for name, value in (deployment.get("parameters") or {}).items():
             assert not SAMPLE_DATA.search(json.dumps(value)), (deployment["name"], name, value)

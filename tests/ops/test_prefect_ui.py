@@ -26,7 +26,7 @@ def _deployed_flows() -> dict[str, object]:
     from prefect.flows import load_flow_from_entrypoint
 
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
-    return {d["name"]: load_flow_from_entrypoint(str(REPO_ROOT / d["entrypoint"])) for d in spec["deployments"]}
+    return {d["name"]: load_flow_from_entrypoint(d["entrypoint"]) for d in spec["deployments"]}
 
 
 def _text(markdown: str) -> str:
