@@ -316,7 +316,7 @@ def train_flow(
         mask_duplicates: Another copy of a question's positive passage in the batch is not counted
             as its negative.
         layer_decay: Layer-wise learning-rate decay D (TASER's reference configs: 0.8): block i of L
-            trains at lr*D^(L+1-i), the embeddings at lr*D^(L+2); empty: none (as the papers).
+            trains at lr times D^(L+1-i), the embeddings at lr times D^(L+2); empty: none (as the papers).
         loss_weights: Weights of the similarity loss and of the model's auxiliary loss (DESIRE-ME's
             gate BCE, TASER's entropy term); empty: 1 and 1. DESIRE-ME's reference code: 0.5, 0.5.
         snapshot_every: Keep a copy of the model every this many steps, with the wall and CPU time
