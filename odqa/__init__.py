@@ -16,8 +16,25 @@ has the whole tour; `odqa.langchain` holds a LangChain retriever (extra `odqa[la
 
 from __future__ import annotations
 
-from .api.encoders import BeirRetriever, load_retriever
-from .api.search import Hit, Searcher
-from .api.workspace import Workspace, open_workspace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .api.encoders import BeirRetriever, load_retriever
+    from .api.search import Hit, Searcher
+    from .api.workspace import Workspace, open_workspace
 
 __all__ = ["BeirRetriever", "Hit", "Searcher", "Workspace", "load_retriever", "open_workspace"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names, imported on first use: every `odqa.*` module (the CLI, the service, a BM25
+    search) imports this package first, and must not pay for torch and transformers with it."""
+    if name in ("BeirRetriever", "load_retriever"):
+        from .api import encoders as module
+    elif name in ("Hit", "Searcher"):
+        from .api import search as module
+    elif name in ("Workspace", "open_workspace"):
+        from .api import workspace as module
+    else:
+        raise AttributeError(f"module 'odqa' has no attribute {name!r}")
+    return getattr(module, name)
