@@ -158,7 +158,7 @@ def test_a_killed_postmaster_is_restarted_by_the_next_verb(tmp_path: Path, priva
         assert postmaster is not None
         assert cluster.workspaces()[record.database] == ws.resolve()
 
-        refused = subprocess.run([sys.executable, "-m", "flows.backend", "postgres", "stop"], env=env,
+        refused = subprocess.run([sys.executable, "-m", "odqa.flows.backend", "postgres", "stop"], env=env,
                                  capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)  # fmt: skip
         assert refused.returncode == 1 and f"workspace {ws.resolve()}" in refused.stderr and cluster.running()
 
