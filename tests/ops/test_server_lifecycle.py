@@ -13,10 +13,8 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,8 +30,7 @@ from odqa.flows.backend.local_server import (
     running_server,
 )
 from odqa.flows.backend.postgres import PostgresUnavailable, local_cluster
-from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
-from tests.ops.test_long_lived_server import cli_env, odqa
+from tests.ops.test_long_lived_server import cli_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,57 +119,5 @@ def test_an_idle_background_server_stops_by_itself(tmp_path: Path, quick_watchdo
         record = ensure_server(ws).record
         stopped = wait_for(lambda: not is_prefect_server(record.pid) and read_record(ws) is None, 8 + 2 + 30)
         assert stopped, "the idle server kept running"
-    finally:
-        reset_server(ws)
-
-
-@pytest.fixture
-def private_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A PostgreSQL cluster of this test's own ($ODQA_POSTGRES_DIR), stopped and deleted after."""
-    try:
-        local_cluster()
-    except PostgresUnavailable as why:
-        pytest.skip(f"no PostgreSQL here: {why}")
-    parent = Path(tempfile.mkdtemp(prefix="odqa-pg-test-"))
-    parent.chmod(0o755)  # as root, the cluster's owner (the postgres user) must reach it
-    root = parent / "pg"
-    monkeypatch.setenv("ODQA_POSTGRES_DIR", str(root))
-    try:
-        yield root
-    finally:
-        with contextlib.suppress(PostgresUnavailable, RuntimeError):
-            local_cluster(root).stop()
-        shutil.rmtree(parent, ignore_errors=True)
-
-
-def test_a_killed_postmaster_is_restarted_by_the_next_verb(tmp_path: Path, private_cluster: Path) -> None:
-    ws, env = tmp_path / "ws", {**cli_env(tmp_path), "ODQA_POSTGRES_DIR": str(private_cluster)}
-    try:
-        first = odqa(env, "-w", ws, "import", "passages", "--format", "dpr-tsv",
-                     write_passages(tmp_path / "p.tsv", PASSAGES))  # fmt: skip
-        assert first.returncode == 0, first.stderr
-        record = read_record(ws)
-        assert record is not None and record.backend == "postgresql" and record.cluster_root == str(private_cluster)
-        cluster = local_cluster(private_cluster)
-        postmaster = cluster.server_pid()
-        assert postmaster is not None
-        assert cluster.workspaces()[record.database] == ws.resolve()
-
-        refused = subprocess.run([sys.executable, "-m", "odqa.flows.backend", "postgres", "stop"], env=env,
-                                 capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)  # fmt: skip
-        assert refused.returncode == 1 and f"workspace {ws.resolve()}" in refused.stderr and cluster.running()
-
-        os.kill(postmaster, signal.SIGKILL)
-        assert wait_for(lambda: not cluster.running(), 10)
-        status = odqa(env, "-w", ws, "server", "status")
-        assert "DOWN" in status.stdout, status.stdout
-
-        second = odqa(env, "-w", ws, "import", "questions", "--format", "dpr-qas", "--dataset", "toy", "--split",
-                      "dev", write_questions(tmp_path / "toy.qa.csv"))  # fmt: skip
-        assert second.returncode == 0, second.stderr
-        assert "had stopped under this workspace's Prefect server; started it again" in second.stderr
-        assert cluster.server_pid() not in (None, postmaster)
-        status = odqa(env, "-w", ws, "server", "status")
-        assert "up (postmaster pid" in status.stdout and "the server reads it" in status.stdout, status.stdout
     finally:
         reset_server(ws)
