@@ -5,14 +5,19 @@ Starts the workspace's long-lived server when it does not run (`flows.backend.lo
 the background, on the local PostgreSQL), creates the process work pool and the `gpu` tag
 concurrency limit (`flows.concurrency_slots`), deploys everything in prefect.yaml (`prefect
 deploy --all`) and runs a worker for the pool in the foreground: its flow runs use this
-workspace. Ctrl-C stops the worker; the server keeps serving CLI calls and the UI until
-`./run server stop`. `./run server status|stop|reset` report on, stop or wipe it.
+workspace. Ctrl-C, SIGTERM (kill, systemd, tmux) and SIGHUP (a closed terminal) stop the worker,
+and the flow runs it started, within WORKER_STOP_S seconds; the worker also dies with this
+process when it is SIGKILLed. The server keeps serving CLI calls and the UI until `./run server
+stop` (which stops a running `./run server` and its worker too) or until its watchdog finds it
+idle (`flows.backend.watchdog`). `./run server status|stop|reset|list` report on, stop or wipe
+it, or list every server odqa runs on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -24,13 +29,18 @@ from pathlib import Path
 
 from flows.backend.local_server import (
     ServerPaths,
+    clear_foreground,
+    database_health,
     ensure_server,
+    foreground_running,
+    project_servers,
     read_record,
     reset_server,
     running_server,
     stop_server,
     temporary_server,
     workspace_database,
+    write_foreground,
 )
 from flows.concurrency_slots import GPU_TAG, set_gpu_limit
 from flows.deployment_forms import deploy_typed_forms
@@ -38,6 +48,9 @@ from flows.prefect_fixes import drop_null_filter_fields
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POOL = "odqa-process"
+WORKER_STOP_S = 5.0  # a worker (and its flow runs) gets this long after SIGINT before SIGKILL
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1
 
 
 def prefect_env(api_url: str, workspace: Path | None = None, home: Path | None = None) -> dict[str, str]:
@@ -74,14 +87,18 @@ class LocalPrefect:
     worker: subprocess.Popen | None = None
 
     def stop_worker(self) -> None:
+        """SIGINT to the worker's process group (the worker and the flow runs it started), SIGKILL
+        to the group after WORKER_STOP_S: Prefect's worker can take over 30 s to honour a signal."""
         if self.worker is None or self.worker.poll() is not None:
             return
-        self.worker.send_signal(signal.SIGINT)
-        try:
-            self.worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.worker.kill()
-            self.worker.wait()
+        group = self.worker.pid  # the worker leads its own session (start_worker)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.worker.wait(timeout=WORKER_STOP_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+        self.worker.wait()
 
 
 def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple[int, str]:
@@ -95,10 +112,28 @@ def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple
 
 
 def start_worker(env: dict[str, str], pool: str, log: Path) -> subprocess.Popen:
+    """The pool's worker, in a session of its own (so its flow runs can be stopped with it as one
+    process group, and the terminal's Ctrl-C reaches it only through `stop_worker`), killed by
+    the kernel when this process dies without stopping it."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         return subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-                                env=env, cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
+                                env=env, cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent dies (Linux; elsewhere nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class StopRequested(Exception):
+    """A stop signal reached `./run server`."""
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise StopRequested(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
@@ -154,27 +189,39 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
     slots, why = prepare(record.api_url, env, pool, deploy)
     paths = ServerPaths(workspace)
     worker_log = paths.log_dir / "worker.log"
-    worker = start_worker(env, pool, worker_log)
-    running = LocalPrefect(record.api_url, env, worker)
-    print(f"odqa server: UI at {record.ui_url}  (API {record.api_url}, server pid {record.pid})", flush=True)
-    print(f"odqa server: backend {workspace_database(workspace).describe()}", flush=True)
-    print(f"odqa server: work pool {pool!r} with a worker; {'deployments from prefect.yaml; ' if deploy else ''}"
-          f"their runs use this workspace; '{GPU_TAG}' tag limit {slots} ({why})", flush=True)  # fmt: skip
-    print(f"odqa server: logs: server {paths.server_log}, worker {worker_log}", flush=True)
-    print(f"odqa server: `odqa -w {workspace}` calls report here by themselves; other clients: "
-          f"export PREFECT_API_URL={record.api_url}", flush=True)  # fmt: skip
-    print("odqa server: Ctrl-C stops the worker; the server keeps running for CLI calls and the UI until "
-          "`./run server stop` (`./run postgres stop` also stops PostgreSQL)", flush=True)  # fmt: skip
+    backend = workspace_database(workspace).describe()
+    running = LocalPrefect(record.api_url, env)
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, _raise_stop)
     try:
+        running.worker = worker = start_worker(env, pool, worker_log)
+        write_foreground(workspace, worker.pid)
+        print(f"odqa server: UI at {record.ui_url}  (API {record.api_url}, server pid {record.pid})", flush=True)
+        print(f"odqa server: backend {backend}", flush=True)
+        print(f"odqa server: work pool {pool!r} with a worker; {'deployments from prefect.yaml; ' if deploy else ''}"
+              f"their runs use this workspace; '{GPU_TAG}' tag limit {slots} ({why})", flush=True)  # fmt: skip
+        print(f"odqa server: logs: server {paths.server_log}, worker {worker_log}", flush=True)
+        print(f"odqa server: `odqa -w {workspace}` calls report here by themselves; other clients: "
+              f"export PREFECT_API_URL={record.api_url}", flush=True)  # fmt: skip
+        print("odqa server: Ctrl-C (or SIGTERM, SIGHUP) stops the worker; the server keeps running for CLI calls "
+              "and the UI until `./run server stop`, or until idle for an hour ($ODQA_PREFECT_IDLE_S) after this "
+              "stops", flush=True)  # fmt: skip
         while worker.poll() is None:
             time.sleep(1)
         print(f"odqa server: the worker exited with code {worker.returncode}; see {worker_log}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StopRequested) as stop:
+        for stop_signal in STOP_SIGNALS:  # a second signal must not cut the stop short
+            signal.signal(stop_signal, signal.SIG_IGN)
         running.stop_worker()
-        print(f"\nodqa server: worker stopped; the server keeps running at {record.ui_url} "
+        print(f"\nodqa server: {stop or 'SIGINT'}: worker stopped; the server keeps running at {record.ui_url} "
               f"(`./run server stop` stops it)", flush=True)  # fmt: skip
         return 0
+    finally:
+        for stop_signal in STOP_SIGNALS:
+            signal.signal(stop_signal, signal.SIG_IGN)
+        running.stop_worker()
+        clear_foreground(workspace)
 
 
 def status_lines(workspace: Path) -> list[str]:
@@ -184,7 +231,22 @@ def status_lines(workspace: Path) -> list[str]:
         gone = f" (pid {stale.pid} recorded, not running; the next call starts it again)" if stale else ""
         return [f"no Prefect server runs for {workspace}{gone}"]
     return [f"Prefect server for {workspace}: UI {record.ui_url}, API {record.api_url}, pid {record.pid}, "
-            f"since {record.started_at}", f"backend: {record.backend} {record.database}", f"log: {record.log}"]
+            f"since {record.started_at}", database_health(record), f"log: {record.log}"]
+
+
+def list_lines() -> list[str]:
+    """`./run server list`: every Prefect server odqa runs on this machine."""
+    servers = project_servers()
+    if not servers:
+        return ["no Prefect server of odqa's runs on this machine"]
+    rows = [f"{'pid':>8}  {'port':>5}  {'MB':>6}  watchdog  workspace"]
+    for server in servers:
+        where = (f"{server.workspace}{'' if server.workspace_exists else '  (FOLDER GONE)'}"
+                 if server.workspace else "(temporary server: tests or local_prefect)")  # fmt: skip
+        rows.append(f"{server.pid:>8}  {server.port or '?':>5}  {server.rss_mb:>6.0f}  "
+                    f"{'yes' if server.watchdog else 'no':<8}  {where}")  # fmt: skip
+    rows.append(f"{len(servers)} server(s), {sum(s.rss_mb for s in servers):.0f} MB in all")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,9 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./run server", description=__doc__.splitlines()[0],
                                      epilog="Ctrl-C stops the worker; `./run server stop` stops the server, "
                                             "`./run postgres stop` PostgreSQL.")  # fmt: skip
-    parser.add_argument("action", nargs="?", default="start", choices=["start", "status", "stop", "reset"],
-                        help="start (default): server + deployments + worker; status; stop: stop the server; "
-                             "reset: stop it and delete its database (all runs and deployments)")  # fmt: skip
+    parser.add_argument("action", nargs="?", default="start", choices=["start", "status", "stop", "reset", "list"],
+                        help="start (default): server + deployments + worker; status; stop: stop the server "
+                             "and a `./run server` running for it; reset: stop it and delete its database "
+                             "(all runs and deployments); list: every odqa server on this machine")  # fmt: skip
     parser.add_argument("-w", "--workspace", default=None, help="workspace (default: $ODQA_WORKSPACE, else ./workspace)")
     parser.add_argument("--port", type=int, default=None, help="server port on 127.0.0.1 (default: 4200 when free)")
     parser.add_argument("--pool", default=POOL, help=f"process work pool name (default {POOL})")
@@ -209,8 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "status":
         print("\n".join(status_lines(workspace)))
         return 0
+    if args.action == "list":
+        print("\n".join(list_lines()))
+        return 0
     if args.action == "stop":
+        foreground = foreground_running(workspace)
         stopped = stop_server(workspace)
+        if foreground is not None:
+            print(f"odqa server: stopped `./run server` (pid {foreground['pid']}) and its worker "
+                  f"(pid {foreground['worker_pid']})")  # fmt: skip
         print(f"odqa server: stopped the Prefect server of {workspace} (pid {stopped.pid})" if stopped
               else f"odqa server: no Prefect server was running for {workspace}")  # fmt: skip
         return 0

@@ -15,10 +15,15 @@ State, in the workspace::
     prefect/server.lock    serialises starting and stopping between processes
     prefect/home/          the server's PREFECT_HOME
     prefect/clients/       one file per running odqa call that reports to the server
+    prefect/last-used      touched by every call that needs the server (the watchdog's clock)
+    prefect/foreground.json  pid of `./run server` and of its worker while it runs
     prefect-logs/server.log  the server's output (appended)
 
 A server that died or was killed is noticed by the next call (its pid is gone) and started again
-on the same database and port. Runs it was orchestrating that no live process owns anymore are
+on the same database and port; so is a killed PostgreSQL postmaster under a live server (the
+server answers its health check without a database, so the cluster itself is checked). A
+watchdog beside the server (`flows.backend.watchdog`) stops it when the workspace folder is gone
+or when it has been idle for ``$ODQA_PREFECT_IDLE_S`` seconds (default one hour). Runs it was orchestrating that no live process owns anymore are
 set to Crashed (see `crash_orphaned_runs`); the workspace's tables are untouched, since every
 write to them is atomic and independent of Prefect.
 """
@@ -38,11 +43,12 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
+from flows.backend.postgres import Cluster, PostgresUnavailable, local_cluster
 from storage.atomic import atomic_write_json
 
 HOST = "127.0.0.1"
@@ -53,6 +59,7 @@ LOG_DIR = "prefect-logs"
 STARTUP_TIMEOUT_ENV = "ODQA_PREFECT_STARTUP_TIMEOUT"
 STARTUP_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
+DATABASE_RECOVERY_S = 60.0  # how long a server may take to reconnect after PostgreSQL restarted
 # Environment of the caller the server must not inherit: the CLI's logging set-up (the server
 # writes its own log) and another server's address or database.
 FOREIGN_ENV = ("PREFECT_LOGGING_", "PREFECT_API_URL", "PREFECT_SERVER_DATABASE_", "PREFECT_API_DATABASE_",
@@ -90,6 +97,14 @@ class ServerPaths:
         return self.state_dir / "prefect.db"
 
     @property
+    def last_used(self) -> Path:
+        return self.state_dir / "last-used"
+
+    @property
+    def foreground(self) -> Path:
+        return self.state_dir / "foreground.json"
+
+    @property
     def log_dir(self) -> Path:
         return self.workspace / LOG_DIR
 
@@ -108,6 +123,8 @@ class ServerRecord:
     database: str
     started_at: str
     log: str
+    watchdog_pid: int | None = None  # `flows.backend.watchdog`, stops it when idle or orphaned
+    cluster_root: str | None = None  # the PostgreSQL cluster holding `database` (backend postgresql)
 
     @property
     def api_url(self) -> str:
@@ -274,8 +291,13 @@ def running_server(workspace: Path) -> ServerRecord | None:
 
 
 def workspace_database(workspace: Path) -> PrefectDatabase:
-    """The workspace's Prefect database (created, and the cluster started, when needed)."""
-    return prefect_database(database_name(workspace), ServerPaths(workspace).sqlite)
+    """The workspace's Prefect database (created, and the cluster started, when needed). In
+    PostgreSQL its comment holds the workspace's full path (`./run postgres status|stop` show it;
+    databases made before this was written get it at their server's next start)."""
+    database = prefect_database(database_name(workspace), ServerPaths(workspace).sqlite)
+    if database.kind == "postgresql" and database.cluster is not None:
+        database.cluster.set_workspace(database.name, workspace)
+    return database
 
 
 def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
@@ -286,20 +308,24 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
     paths = ServerPaths(workspace)
     timeout = float(os.environ.get(STARTUP_TIMEOUT_ENV) or STARTUP_TIMEOUT_S)
     with _locked(paths):
+        paths.last_used.touch()
         record = read_record(workspace)
         if record is not None and is_prefect_server(record.pid):
             wait_healthy(record.api_url, lambda: is_prefect_server(record.pid), timeout, Path(record.log))
-            return ServerStatus(record)
+            restarted = restart_dead_cluster(record)
+            return ServerStatus(record, note=restarted)
         database = workspace_database(workspace)
         chosen = _choose_port(port, record)
         process = launch(database, chosen, paths.home, paths.server_log, detached=True)
+        cluster_root = str(database.cluster.root) if database.cluster is not None else None
         fresh = ServerRecord(pid=process.pid, port=chosen, backend=database.kind, database=database.name,
-                             started_at=_now(), log=str(paths.server_log))  # fmt: skip
+                             started_at=_now(), log=str(paths.server_log), cluster_root=cluster_root)  # fmt: skip
         try:
             wait_healthy(fresh.api_url, lambda: process.poll() is None, timeout, paths.server_log)
         except BaseException:
             terminate(process.pid)
             raise
+        fresh = replace(fresh, watchdog_pid=launch_watchdog(fresh, workspace, paths.server_log))
         write_record(paths, fresh)
         status = ServerStatus(fresh, started=True, note=database.note,
                               restarted_after=record.pid if record is not None else None)  # fmt: skip
@@ -308,6 +334,76 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
 
     set_gpu_limit(fresh.api_url)  # the `gpu` slots this machine takes, for CLI runs too
     return status
+
+
+def record_cluster(record: ServerRecord) -> Cluster | None:
+    """The PostgreSQL cluster behind ``record``'s server (None: another backend, or none found)."""
+    if record.backend != "postgresql":
+        return None
+    try:
+        return local_cluster(Path(record.cluster_root) if record.cluster_root else None)
+    except PostgresUnavailable:
+        return None
+
+
+def restart_dead_cluster(record: ServerRecord) -> str | None:
+    """Start the cluster again when its postmaster is gone under a live server (the server's
+    health check answers without a database, so it has to be looked at); the line to show, or
+    None when nothing had to be done. The server's pool reconnects by itself."""
+    cluster = record_cluster(record)
+    if cluster is None or cluster.running():
+        return None
+    cluster.ensure_running()
+    if not wait_database(record.api_url, DATABASE_RECOVERY_S):
+        raise RuntimeError(f"PostgreSQL ({cluster.root}) was down and was started again, but the Prefect server at "
+                           f"{record.api_url} still cannot read its database {record.database}; "
+                           f"`./run server stop` and retry")  # fmt: skip
+    return f"PostgreSQL ({cluster.root}) had stopped under this workspace's Prefect server; started it again"
+
+
+def wait_database(api_url: str, timeout: float) -> bool:
+    """Until the server answers a call that reads its database (its pool drops connections the
+    dead postmaster left); False when ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if database_answers(api_url):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def database_answers(api_url: str) -> bool:
+    """Whether the server can read its database now (a count of its flows)."""
+    request = urllib.request.Request(f"{api_url}/flows/count", data=b"{}", method="POST",
+                                     headers={"content-type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def database_health(record: ServerRecord) -> str:
+    """One line on the database of a running server, for `odqa server status`."""
+    if record.backend == "postgresql":
+        cluster = record_cluster(record)
+        pid = cluster.server_pid() if cluster is not None else None
+        where = f"PostgreSQL database {record.database} in {cluster.root if cluster else record.cluster_root}"
+        if pid is None:
+            return f"database: {where}: DOWN (postmaster not running; the next odqa verb starts it again)"
+        reads = "the server reads it" if database_answers(record.api_url) else "the server CANNOT read it"
+        return f"database: {where}: up (postmaster pid {pid}), {reads}"
+    reads = "the server reads it" if database_answers(record.api_url) else "the server CANNOT read it"
+    return f"database: {record.backend} {record.database}: {reads}"
+
+
+def launch_watchdog(record: ServerRecord, workspace: Path, log: Path) -> int:
+    """Start `flows.backend.watchdog` for ``record``'s server, detached like it; its pid."""
+    with log.open("ab") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "flows.backend.watchdog", str(record.pid), str(workspace),
+                                    str(record.port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                                   cwd=Path(__file__).resolve().parents[2], start_new_session=True)  # fmt: skip
+    return process.pid
 
 
 def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:
@@ -322,18 +418,73 @@ def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:
     return free_port()
 
 
-def stop_server(workspace: Path) -> ServerRecord | None:
-    """Stop the workspace's server; the record of the one stopped (None when none ran)."""
+def stop_server(workspace: Path, only_pid: int | None = None) -> ServerRecord | None:
+    """Stop the workspace's server, its watchdog and a `./run server` (with its worker) running
+    for it; the record of the server stopped (None when none ran). ``only_pid``: stop nothing
+    unless the recorded server is that one (the watchdog's stop, after a restart elsewhere)."""
     paths = ServerPaths(workspace)
     with _locked(paths):
         record = read_record(workspace)
-        if record is None:
+        if record is None or (only_pid is not None and record.pid != only_pid):
             return None
+        stop_foreground(workspace)
         alive = is_prefect_server(record.pid)
         if alive:
             terminate(record.pid)
+        if record.watchdog_pid and record.watchdog_pid != os.getpid() and is_watchdog(record.watchdog_pid):
+            terminate(record.watchdog_pid, timeout=5)
         paths.record.unlink(missing_ok=True)
         return record if alive else None
+
+
+# -- `./run server` in the foreground ----------------------------------------------------------
+def write_foreground(workspace: Path, worker_pid: int) -> None:
+    """Record this process as the workspace's `./run server`, with its worker's pid."""
+    paths = ServerPaths(workspace)
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(paths.foreground, {"pid": os.getpid(), "worker_pid": worker_pid, "started": _now()})
+
+
+def clear_foreground(workspace: Path) -> None:
+    with contextlib.suppress(OSError):
+        data = json.loads(ServerPaths(workspace).foreground.read_text(encoding="utf-8"))
+        if data.get("pid") == os.getpid():
+            ServerPaths(workspace).foreground.unlink(missing_ok=True)
+
+
+def foreground_running(workspace: Path) -> dict | None:
+    """``{"pid", "worker_pid", "started"}`` of the workspace's `./run server` while it (or its
+    worker) is alive; None otherwise."""
+    try:
+        data = json.loads(ServerPaths(workspace).foreground.read_text(encoding="utf-8"))
+        pids = [int(data["pid"]), int(data["worker_pid"])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if any(process_alive(pid) for pid in pids) else None
+
+
+def stop_foreground(workspace: Path, timeout: float = 15.0) -> int | None:
+    """SIGTERM the workspace's `./run server` (which stops its worker), then kill a worker still
+    left; the pid of the `./run server` stopped, or None when none ran."""
+    data = foreground_running(workspace)
+    if data is None:
+        return None
+    pid, worker = int(data["pid"]), int(data["worker_pid"])
+    if pid != os.getpid():
+        terminate(pid, timeout=timeout)
+    if process_alive(worker):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker, signal.SIGKILL)  # the worker leads its own process group
+        terminate(worker, timeout=5)
+    ServerPaths(workspace).foreground.unlink(missing_ok=True)
+    return pid
+
+
+def is_watchdog(pid: int) -> bool:
+    try:
+        return b"flows.backend.watchdog" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def reset_server(workspace: Path) -> str:
@@ -485,3 +636,72 @@ def _log_tail(log: Path | None, lines: int = 15) -> str:
         return ""
     tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
     return f" (last lines of {log}):\n" + "\n".join(tail)
+
+
+# -- every server on this machine (`odqa server list`) -----------------------------------------
+@dataclass(frozen=True)
+class FoundServer:
+    """A `prefect server start` process odqa started: its workspace (None: a temporary server),
+    whether that folder still exists, its port and its memory (its RSS and its children's)."""
+
+    pid: int
+    port: int | None
+    workspace: Path | None
+    workspace_exists: bool
+    rss_mb: float
+    watchdog: bool
+
+
+def project_servers() -> list[FoundServer]:
+    """Every Prefect server process of odqa's on this machine, found in /proc (so servers started
+    by older versions, without a watchdog, are listed too): one whose working folder is
+    ``<workspace>/prefect/home`` belongs to that workspace."""
+    watched = _watched_pids()
+    found: list[FoundServer] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not is_prefect_server(int(entry.name)):
+            continue
+        pid = int(entry.name)
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if "--host" not in argv or HOST not in argv:
+            continue  # not started by `launch`
+        gone = cwd.endswith(" (deleted)")
+        home = Path(cwd.removesuffix(" (deleted)"))
+        workspace = home.parents[1] if home.name == "home" and home.parent.name == STATE_DIR else None
+        port = argv[argv.index("--port") + 1] if "--port" in argv else ""
+        found.append(FoundServer(pid, int(port) if port.isdigit() else None, workspace,
+                                 workspace is not None and not gone and workspace.is_dir(),
+                                 _tree_rss_mb(pid), pid in watched))  # fmt: skip
+    return sorted(found, key=lambda server: server.pid)
+
+
+def _watched_pids() -> set[int]:
+    """Server pids that a live watchdog watches (its first argument)."""
+    pids: set[int] = set()
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            argv = entry.read_bytes().split(b"\0")
+            if b"flows.backend.watchdog" in argv:
+                pids.add(int(argv[argv.index(b"flows.backend.watchdog") + 1]))
+    return pids
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """RSS of ``pid`` and its descendants, in MB."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo += children.get(current, [])
+        with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
+            status = Path(f"/proc/{current}/status").read_text()
+            total += int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+    return total / 1024

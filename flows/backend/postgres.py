@@ -55,6 +55,7 @@ SETTINGS = {
     "timezone": "'UTC'",
 }
 NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+WORKSPACE_MARK = "odqa workspace: "  # a database's comment: this, then the workspace's full path
 
 
 class PostgresUnavailable(RuntimeError):
@@ -245,6 +246,22 @@ class Cluster:
         self.psql("CREATE EXTENSION IF NOT EXISTS pg_trgm", database=name)
         return True
 
+    def set_workspace(self, name: str, workspace: Path) -> None:
+        """Note in ``name``'s comment the workspace folder whose Prefect server it holds."""
+        _check_name(name)
+        self.psql(f"COMMENT ON DATABASE \"{name}\" IS {_literal(WORKSPACE_MARK + str(workspace))}")
+
+    def workspaces(self) -> dict[str, Path]:
+        """Database name -> the workspace folder it holds (databases with a workspace comment)."""
+        rows = self.psql("SELECT datname, shobj_description(oid, 'pg_database') FROM pg_database "
+                         "WHERE NOT datistemplate")  # fmt: skip
+        found: dict[str, Path] = {}
+        for row in rows.splitlines():
+            name, _, comment = row.partition("|")
+            if comment.startswith(WORKSPACE_MARK):
+                found[name] = Path(comment[len(WORKSPACE_MARK):])
+        return found
+
     def drop_database(self, name: str) -> bool:
         """Drop ``name`` (ending its sessions first); False when it did not exist."""
         _check_name(name)
@@ -304,6 +321,11 @@ def _alive(pid: int) -> bool:
 def _clean_env() -> dict[str, str]:
     """The environment for PostgreSQL's tools, without PG* variables that would redirect them."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"LC_ALL": "C"}
+
+
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _check_name(name: str) -> None:

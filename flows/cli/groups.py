@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # Verbs that answer without a Prefect server: they report to the workspace's server only when it
 # already runs (`odqa search` then runs as a flow) and never start one.
 SERVERLESS_VERBS = frozenset({"sql", "serve", "search", "index plan", "server status", "server stop",
-                              "server reset"})  # fmt: skip
+                              "server reset", "server list"})  # fmt: skip
 
 
 class VerbCommand(click.Command):

@@ -100,8 +100,10 @@ def without_heartbeats():
 def server_lines(api: PrefectApi) -> list[str]:
     """What the terminal is told when this call had to start the workspace's server."""
     status = api.status
-    if status is None or not status.started:
+    if status is None:
         return []
+    if not status.started:  # a running server; the note says what had to be mended for it
+        return [status.note] if status.note else []
     lines = [status.note] if status.note else []
     record = status.record
     if status.restarted_after is not None:

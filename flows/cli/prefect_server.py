@@ -28,10 +28,19 @@ def server_status(ctx: click.Context) -> None:
     click.echo("\n".join(status_lines(_workspace(ctx))))
 
 
+@server_group.command("list")
+def server_list() -> None:
+    """Every Prefect server odqa runs on this machine: pid, port, memory, workspace."""
+    from flows.server import list_lines
+
+    click.echo("\n".join(list_lines()))
+
+
 @server_group.command("stop")
 @click.pass_context
 def server_stop(ctx: click.Context) -> None:
-    """Stop the workspace's server (the next verb that runs a flow starts it again)."""
+    """Stop the workspace's server, and a `./run server` with its worker running for it (the
+    next verb that runs a flow starts the server again)."""
     from flows.backend.local_server import stop_server
 
     stopped = stop_server(_workspace(ctx))

@@ -1,0 +1,110 @@
+"""The watchdog beside a workspace's background Prefect server: it stops the server when the
+workspace folder is gone, or when nothing has used the server for ``$ODQA_PREFECT_IDLE_S``
+seconds (default 3600; 0 keeps it running while its workspace exists).
+
+Without it every server the CLI started in the background waited forever: an afternoon of verbs in
+temporary workspaces left 22 servers (5.3 GB of RSS), 18 of them for folders that no longer
+existed. `flows.backend.local_server.ensure_server` starts one watchdog per server, detached like
+the server, as ``python -m flows.backend.watchdog SERVER_PID WORKSPACE PORT``. It checks every
+``$ODQA_PREFECT_WATCH_S`` seconds (default 30) and exits when the server's process is gone.
+
+The server is busy, so not idle, while any of these holds:
+
+- an odqa call that reports to it runs (``prefect/clients/``), or one started it less than the
+  idle time ago (``prefect/last-used``, touched by every `ensure_server`);
+- `./run server` runs for the workspace (``prefect/foreground.json``: its worker serves the UI's
+  deployments and schedules);
+- a flow run is Pending, Running or Cancelling on it.
+
+Browsing the UI alone does not count: with no `./run server` running, a UI left open over an
+idle hour finds the server stopped (the next odqa verb, or `./run server`, starts it again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+IDLE_ENV = "ODQA_PREFECT_IDLE_S"
+IDLE_DEFAULT_S = 3600.0
+WATCH_ENV = "ODQA_PREFECT_WATCH_S"
+WATCH_DEFAULT_S = 30.0
+ACTIVE_STATES = ["PENDING", "RUNNING", "CANCELLING"]
+
+
+def idle_limit() -> float:
+    """Seconds of idleness after which the server stops (0: never)."""
+    return float(os.environ.get(IDLE_ENV) or IDLE_DEFAULT_S)
+
+
+def watch_period() -> float:
+    """Seconds between two checks."""
+    return float(os.environ.get(WATCH_ENV) or WATCH_DEFAULT_S)
+
+
+def active_flow_runs(api_url: str) -> int | None:
+    """How many flow runs are active on the server (None: it did not answer)."""
+    body = json.dumps({"flow_runs": {"state": {"type": {"any_": ACTIVE_STATES}}}}).encode()
+    request = urllib.request.Request(f"{api_url}/flow_runs/count", data=body, method="POST",
+                                     headers={"content-type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(json.loads(response.read()))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def last_busy(workspace: Path, api_url: str) -> float | None:
+    """When the server was last seen in use (time.time(); now when it is in use, see the module
+    docstring); None when nothing says it was ever used."""
+    from flows.backend.local_server import ServerPaths, foreground_running, live_clients_since
+
+    if live_clients_since(workspace) is not None or foreground_running(workspace) is not None:
+        return time.time()
+    if active_flow_runs(api_url):
+        return time.time()
+    try:
+        return ServerPaths(workspace).last_used.stat().st_mtime
+    except OSError:
+        return None
+
+
+def watch(server_pid: int, workspace: Path, port: int) -> str:
+    """Check until the server should stop or is gone; returns why the watch ended."""
+    from flows.backend.local_server import HOST, is_prefect_server, stop_server, terminate
+
+    api_url = f"http://{HOST}:{port}/api"
+    idle_s, period = idle_limit(), watch_period()
+    used = time.time()
+    while True:
+        time.sleep(period)
+        if not is_prefect_server(server_pid):
+            return f"the server (pid {server_pid}) is gone"
+        if not workspace.is_dir():
+            terminate(server_pid)
+            return f"stopped the server (pid {server_pid}): its workspace {workspace} is gone"
+        if idle_s <= 0:
+            continue
+        used = max(used, last_busy(workspace, api_url) or used)
+        if time.time() - used >= idle_s:
+            stop_server(workspace, only_pid=server_pid)
+            return f"stopped the server (pid {server_pid}): idle for {idle_s:.0f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3:
+        print("usage: python -m flows.backend.watchdog SERVER_PID WORKSPACE PORT", file=sys.stderr)
+        return 2
+    why = watch(int(args[0]), Path(args[1]), int(args[2]))
+    print(f"odqa watchdog: {why}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
