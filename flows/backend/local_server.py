@@ -49,7 +49,6 @@ from pathlib import Path
 
 from flows.backend.database import PrefectDatabase, database_name, prefect_database, sqlite_database
 from flows.backend.postgres import Cluster, PostgresUnavailable, local_cluster
-from storage.atomic import atomic_write_json
 
 HOST = "127.0.0.1"
 PREFERRED_PORT = 4200
@@ -329,10 +328,12 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
         write_record(paths, fresh)
         status = ServerStatus(fresh, started=True, note=database.note,
                               restarted_after=record.pid if record is not None else None)  # fmt: skip
-    status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
     from flows.concurrency_slots import set_gpu_limit
 
-    set_gpu_limit(fresh.api_url)  # the `gpu` slots this machine takes, for CLI runs too
+    with registered_client(workspace):  # in use for the watchdog, however long this takes
+        status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
+        set_gpu_limit(fresh.api_url)  # the `gpu` slots this machine takes, for CLI runs too
+        paths.last_used.touch()  # the watchdog's idle clock starts once the server is ready
     return status
 
 
@@ -625,6 +626,14 @@ def temporary_server(home: Path, log: Path, label: str = "tmp", port: int | None
         if database.kind != "configured":
             with contextlib.suppress(Exception):
                 database.drop()
+
+
+def atomic_write_json(path: Path, data: dict) -> None:
+    """`storage.atomic.atomic_write_json`, imported when first needed: the `storage` package pulls
+    in pyarrow and DuckDB (seconds and 100+ MB), which the watchdog importing this module must not."""
+    from storage.atomic import atomic_write_json as write
+
+    write(path, data)
 
 
 def _now() -> str:
