@@ -22,7 +22,7 @@ from flows.backend.postgres import Cluster, PostgresUnavailable, local_cluster
 URL_ENVS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
 BACKEND_ENV = "ODQA_PREFECT_BACKEND"
 SQLITE_COST = ("SQLite makes a busy Prefect server answer 'database is locked' and can freeze every run "
-               "for about 60 s (PostgreSQL does not; see the README, Prefect backend)")  # fmt: skip
+               "for about 60 s (PostgreSQL does not; see docs/operations.md, Prefect backend)")  # fmt: skip
 
 
 @dataclass(frozen=True)

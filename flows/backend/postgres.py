@@ -2,7 +2,7 @@
 when needed, stopped by one command (`./run postgres stop`).
 
 Prefect's SQLite backend keeps the database's write lock across awaits and freezes a busy server
-for 60 s at a time ("database is locked", see the README's *Prefect backend*); Prefect documents
+for 60 s at a time ("database is locked", see docs/operations.md, *Prefect backend*); Prefect documents
 PostgreSQL (14.9 or newer, with `pg_trgm`) for real use. Debian's `postgresql` package has both;
 `./run` installs it when it is missing and apt can be used.
 
