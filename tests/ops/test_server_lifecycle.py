@@ -116,11 +116,11 @@ def test_a_background_server_stops_when_its_workspace_is_deleted(tmp_path: Path,
 
 def test_an_idle_background_server_stops_by_itself(tmp_path: Path, quick_watchdog: None,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setenv("ODQA_PREFECT_IDLE_S", "3")
+    monkeypatch.setenv("ODQA_PREFECT_IDLE_S", "8")
     ws = tmp_path / "ws"
     try:
         record = ensure_server(ws).record
-        stopped = wait_for(lambda: not is_prefect_server(record.pid) and read_record(ws) is None, 3 + 2 + 30)
+        stopped = wait_for(lambda: not is_prefect_server(record.pid) and read_record(ws) is None, 8 + 2 + 30)
         assert stopped, "the idle server kept running"
     finally:
         reset_server(ws)
