@@ -82,7 +82,7 @@ def test_every_deployment_of_prefect_yaml_is_in_the_operations_table() -> None:
     assert not missing, f"docs/operations.md's deployments table lacks {missing}"
 
 
-@pytest.mark.timeout(1800)  # about 4 minutes on 2 quiet cores; far more on a loaded machine
+@pytest.mark.timeout(1800)  # a dozen verbs, two short trainings and `./run server`'s deploy
 def test_the_readme_commands_run_on_the_bundled_data(tmp_path: Path) -> None:
     if port_in_use(SERVE_PORT):
         pytest.skip(f"port {SERVE_PORT} is in use here; the README's serve block needs it")
