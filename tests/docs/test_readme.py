@@ -1,6 +1,6 @@
 """The README's commands work when copied: every ```bash block preceded by a `<!-- test -->`
 marker runs, in order, in one bash session and one fresh workspace, as a user would paste them
-(on the bundled `sample/squad`, with the bundled MiniLM, offline). A wrong flag, port or path
+(on the bundled `sample/own-data`, with the bundled MiniLM, offline). A wrong flag, port or path
 fails here. The deployments table of docs/operations.md names every deployment of prefect.yaml.
 
 Markers:
