@@ -1,7 +1,7 @@
 """Corpus encoding through our sharded path vs sentence-transformers, same model, same passages.
 
     .venv/bin/python benchmarks/bench_encode.py [--passages 1500] [--batch-size 128] [--repeats 3]
-        [--model minilm|bert-base] [--device cpu|cuda] [--rss-sizes 1000 6000] [--no-rss]
+        [--model minilm|bert-base] [--bert-base-dir DIR] [--device cpu|cuda] [--rss-sizes 1000 6000] [--no-rss]
 
 Passages: real Wikipedia prose, 100-word passages cut by our own ingest steps from the real
 dump excerpt in ``../shared/data/wikipedia`` (or the bundled ``sample/wiki`` dump when absent;
@@ -154,7 +154,9 @@ class ProtocolOnly:
         return self.inner.encode_passages(titles, texts, batch_size=batch_size, device=device)
 
     def encode_questions(self, texts, batch_size=64, device=None, show_progress=True):
-        return self.inner.encode_questions(texts, batch_size=batch_size, device=device, show_progress=show_progress)
+        return self.inner.encode_questions(
+            texts, batch_size=batch_size, device=device, show_progress=show_progress
+        )
 
     def config_fingerprint(self) -> str:
         return self.inner.config_fingerprint()
@@ -179,6 +181,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", choices=["minilm", "bert-base"], default="minilm")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--bert-base-dir",
+        type=Path,
+        default=None,
+        help="with --model bert-base: a folder bert_base_dir wrote before (else one is built)",
+    )
     parser.add_argument("--rss-sizes", type=int, nargs=2, default=[1000, 6000])
     parser.add_argument("--rss-shard-size", type=int, default=500)
     parser.add_argument("--no-rss", action="store_true", help="Skip the peak-RSS subprocess runs.")
@@ -188,7 +196,10 @@ def main() -> None:
         rss_child(args.rss_child, args.rss_shard_size, args.batch_size)
         return
     with tempfile.TemporaryDirectory() as scratch:
-        model_dir = minilm_dir() if args.model == "minilm" else bert_base_dir(Path(scratch) / "bert-base")
+        if args.model == "minilm":
+            model_dir = minilm_dir()
+        else:
+            model_dir = args.bert_base_dir or bert_base_dir(Path(scratch) / "bert-base")
         run_comparison(args, model_dir)
     if not args.no_rss:
         report_rss(args)
@@ -240,26 +251,40 @@ def run_comparison(args: argparse.Namespace, model_dir: Path) -> None:
     def st(model, batch_size: int) -> np.ndarray:
         return model.encode(joined, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True)
 
-    ours_batch = f"{args.batch_size}, <= {CPU_BATCH_TOKENS} tokens" if args.device == "cpu" else args.batch_size
+    ours_batch = (
+        f"{args.batch_size}, <= {CPU_BATCH_TOKENS} tokens" if args.device == "cpu" else args.batch_size
+    )
     variants = {
         "ours": ("ours: `encode_corpus`, fp32 (default on CPU)", ours_batch, ours),
-        "ours_protocol": ("ours, protocol-only retriever (previous default: batches sorted by characters), fp32",
-                          args.batch_size, lambda: ours(retriever=ProtocolOnly(ours_model))),
-        "ours_bf16": ("ours: `encode_corpus`, `precision=\"bf16\"` (autocast; default on GPU)", ours_batch,
-                      lambda: ours("bf16")),
+        "ours_protocol": (
+            "ours, protocol-only retriever (previous default: batches sorted by characters), fp32",
+            args.batch_size,
+            lambda: ours(retriever=ProtocolOnly(ours_model)),
+        ),
+        "ours_bf16": (
+            'ours: `encode_corpus`, `precision="bf16"` (autocast; default on GPU)',
+            ours_batch,
+            lambda: ours("bf16"),
+        ),
         "st32": ("`SentenceTransformer.encode` (default batch), fp32", 32, lambda: st(st_model, 32)),
-        "st_same": ("`SentenceTransformer.encode` (our batch size), fp32", args.batch_size,
-                    lambda: st(st_model, args.batch_size)),
+        "st_same": (
+            "`SentenceTransformer.encode` (our batch size), fp32",
+            args.batch_size,
+            lambda: st(st_model, args.batch_size),
+        ),
     }
     if st_bf16 is not None:
-        variants["st_bf16"] = ("`SentenceTransformer.encode`, bf16 weights", args.batch_size,
-                               lambda: st(st_bf16, args.batch_size))
+        variants["st_bf16"] = (
+            "`SentenceTransformer.encode`, bf16 weights",
+            args.batch_size,
+            lambda: st(st_bf16, args.batch_size),
+        )
     ours(), st(st_model, 32)  # warm-up (allocator, kernels, page cache)
     times: dict[str, list[float]] = {name: [] for name in variants}
     outputs: dict[str, np.ndarray] = {}
     names = list(variants)
     for repeat in range(args.repeats):
-        for name in names[repeat % len(names):] + names[:repeat % len(names)]:  # rotating order
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:  # rotating order
             fn = variants[name][2]
             start = time.perf_counter()
             outputs[name] = fn()
@@ -285,8 +310,10 @@ def run_comparison(args: argparse.Namespace, model_dir: Path) -> None:
         f"{cosine['ours_bf16'].min():.5f}; mean cosine vs sentence-transformers {cosine['st32'].mean():.4f} (token type ids differ: pair vs "
         "joined string)"
     )
-    print(f"| path | batch | best of {args.repeats} (s) | median (s) | passages/s | speed / ST default "
-          f"| speed / ST same batch | 21M passages (h) |")
+    print(
+        f"| path | batch | best of {args.repeats} (s) | median (s) | passages/s | speed / ST default "
+        f"| speed / ST same batch | 21M passages (h) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, (label, batch, _) in variants.items():
         print(

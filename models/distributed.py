@@ -33,18 +33,26 @@ class DistributedContext:
 
 
 def init_distributed(device: str | None = None) -> DistributedContext:
-    """Join the torchrun process group when WORLD_SIZE > 1; pick this process's device."""
+    """Join the torchrun process group when WORLD_SIZE > 1; pick this process's device.
+
+    NCCL on one GPU per process; gloo when a node runs more processes than it has GPUs."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+    shared_gpus = use_cuda and local_world > torch.cuda.device_count()
     if use_cuda:
-        chosen = torch.device("cuda", local_rank if world_size > 1 else torch.cuda.current_device())
+        # More processes on this node than GPUs (e.g. torchrun --nproc_per_node=2 on one GPU):
+        # they share the GPUs round-robin.
+        index = local_rank % torch.cuda.device_count() if world_size > 1 else torch.cuda.current_device()
+        chosen = torch.device("cuda", index)
         torch.cuda.set_device(chosen)
     else:
         chosen = torch.device(device or "cpu")
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        # NCCL refuses two ranks on one GPU; gloo runs the same collectives on CUDA tensors.
+        dist.init_process_group(backend="nccl" if use_cuda and not shared_gpus else "gloo")
     if world_size > 1:
         rank, world_size = dist.get_rank(), dist.get_world_size()
     return DistributedContext(rank, world_size, local_rank, chosen)

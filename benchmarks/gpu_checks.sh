@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The checks and figures of a lent GPU machine, in one go (each stage bounded, each continuing
+# after a failure of the one before), from the repository root of an installed odqa:
+#   bash benchmarks/gpu_checks.sh [LOG_DIR]
+# 1. the CUDA tests (tests/gpu); 2. BERT-base passage encoding, bf16 vs fp32 vs
+# sentence-transformers; 3. training step time and peak memory of ADE (DPR's two towers), TASER
+# and SDE on BERT-base at batch 128 with one hard negative each; 4. the same step under torchrun
+# with 2 processes (on one GPU they share it over gloo).
+# BERT-base is BERT-base-shaped with seeded random weights (bench_encode.bert_base_dir): speed
+# and memory do not depend on the weights.
+set -u
+LOG=${1:-gpu-logs}
+mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$LOG/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$LOG/gpu.txt"
+
+echo "== 1. tests/gpu"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs tests/gpu 2>&1 | tee "$LOG/tests.txt" | tail -40
+
+# A BERT-base-shaped folder: BERT_BASE_DIR if given (made by bench_encode.bert_base_dir), else made here.
+BERT=${BERT_BASE_DIR:-$(mktemp -d)/bert-base}
+[ -f "$BERT/config.json" ] || python3 -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; from bench_encode import bert_base_dir; bert_base_dir(Path('$BERT'))"
+
+echo "== 2. encoding (BERT-base, bf16 and fp32)"
+timeout 150 python3 benchmarks/bench_encode.py --model bert-base --bert-base-dir "$BERT" --device cuda --passages 6000 --batch-size 256 \
+  --repeats 2 --threads 8 --no-rss 2>&1 | tee "$LOG/encode.txt" | grep -v "^ *[0-9]*%" | tail -15
+
+echo "== 3. training step, one process (BERT-base, batch 128 + 128 positives + 128 hard negatives)"
+timeout 120 python3 benchmarks/bench_train_step.py --device cuda --base "$BERT" --amp bf16 --modes single \
+  --archs ade,taser,sde --batch 128 --hard-negatives 1 --seq-lens 256 --question-len 32 --steps 5 --warmup 2 \
+  2>&1 | tee "$LOG/train_step.txt" | tail -8
+
+echo "== 4. training step under torchrun, 2 processes (batch 64 per rank)"
+timeout 90 python3 benchmarks/bench_train_step.py --device cuda --base "$BERT" --amp bf16 --modes ddp \
+  --world-size 2 --archs ade,taser,sde --batch 64 --hard-negatives 1 --seq-lens 256 --question-len 32 --steps 3 \
+  --warmup 1 --no-memory 2>&1 | tee "$LOG/torchrun.txt" | tail -8
