@@ -36,6 +36,7 @@ from prefect import flow, task
 
 from ..models.config import ARCHS, DESIRE_ME_ARCHS
 from ..models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
+from ..models.desire_me_targets import check_gate_targets, with_gate_targets
 from ..models.dev_eval import dev_pool
 from ..models.job import TrainingJob, TrainSet, run_job
 from ..models.resume import resume_decision
@@ -105,12 +106,13 @@ class TrainReport(Report):
 
 
 @task(name="load-training-examples")
-def load_examples_task(workspace: str, dataset: str, split: str, output: str, hard_negatives: int = 0
-                       ) -> ExamplesReport:  # fmt: skip
+def load_examples_task(workspace: str, dataset: str, split: str, output: str, hard_negatives: int = 0,
+                       gate_targets: str = "question") -> ExamplesReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
     questions = load_questions(ws, dataset, split)
     passages = passages_with_ids(ws, sorted(referenced_passage_ids(questions)))
     examples, skipped = examples_from_tables(questions, passages)
+    examples = with_gate_targets(ws, examples, passages, gate_targets)
     if not examples:
         raise ValueError(f"{dataset}:{split}: none of its {questions.num_rows} questions has a positive passage "
                          f"present in the passages table ({dict(skipped)})")  # fmt: skip
@@ -261,6 +263,7 @@ def train_flow(
     mask_duplicates: bool = False,
     layer_decay: float | None = None,
     loss_weights: list[float] | None = None,
+    gate_targets: str = "question",
     snapshot_every: int | None = None,
     snapshot_dir: str | None = None,
     nodes: int = 1,
@@ -319,6 +322,8 @@ def train_flow(
             trains at lr times D^(L+1-i), the embeddings at lr times D^(L+2); empty: none (as the papers).
         loss_weights: Weights of the similarity loss and of the model's auxiliary loss (DESIRE-ME's
             gate BCE, TASER's entropy term); empty: 1 and 1. DESIRE-ME's reference code: 0.5, 0.5.
+        gate_targets: What DESIRE-ME's gate learns: question (its positives' domains, the paper) or
+            positive (the domains of the positive passage it trains on, the reference code).
         snapshot_every: Keep a copy of the model every this many steps, with the wall and CPU time
             spent to reach it (quality-vs-cost curves); empty: none.
         snapshot_dir: Where snapshots go; empty: inside the training folder, removed once the
@@ -339,6 +344,7 @@ def train_flow(
     if (max_steps is None) == (epochs is None):
         raise ValueError("give exactly one of --max-steps or --epochs")
     check_model_id(model_id)
+    check_gate_targets(arch, gate_targets)
     launch = Launch(gpus, nodes, node_rank, rdzv_endpoint)
     if devices := describe_devices(gpus):
         tell("%s", devices)
@@ -362,6 +368,7 @@ def train_flow(
         **({"layer_decay": layer_decay} if layer_decay is not None else {}),
         **({"loss_weights": loss_weights} if loss_weights else {}),
         **({"passage_input": passage_input} if passage_input != "pair" else {}),
+        **({"gate_targets": gate_targets} if gate_targets != "question" else {}),
     }  # fmt: skip
     if hard_negatives > 0:
         for spec in specs:
@@ -387,7 +394,7 @@ def train_flow(
         for spec in specs:
             path = training_examples_file(ws, model_id, "train", spec.dataset, spec.split)
             loaded[spec.name] = asdict(load_examples_task(str(ws.root), spec.dataset, spec.split, str(path),
-                                                          hard_negatives))  # fmt: skip
+                                                          hard_negatives, gate_targets))  # fmt: skip
             train_sets.append(TrainSet(name=spec.name, path=str(path), weight=spec.weight))
         dev_path = None
         if dev_spec:

@@ -130,6 +130,9 @@ ARCH_CHOICES = [
 @click.option("--loss-weights", type=(float, float), default=None, metavar="SIM AUX",
               help="Weights of the similarity loss and the model's auxiliary loss (DESIRE-ME's gate BCE, TASER's "
                    "entropy term); default 1 1. DESIRE-ME's reference code: 0.5 0.5.")  # fmt: skip
+@click.option("--gate-targets", type=click.Choice(["question", "positive"]), default="question", show_default=True,
+              help="What DESIRE-ME's gate learns: the question's domains (its positives' union, the paper), or "
+                   "those of the positive passage it trains on (the reference code).")  # fmt: skip
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
               help="Keep a copy of the model every STEPS steps, with the wall/CPU time spent (quality curves).")  # fmt: skip
 @click.option("--snapshot-dir", type=click.Path(file_okay=False), default=None,
@@ -189,6 +192,7 @@ def train(
     mask_duplicates: bool,
     layer_decay: float | None,
     loss_weights: tuple[float, float] | None,
+    gate_targets: str,
     snapshot_every: int | None,
     snapshot_dir: str | None,
     resume: bool | None,
@@ -245,6 +249,7 @@ def train(
         mask_duplicates=mask_duplicates,
         layer_decay=layer_decay,
         loss_weights=list(loss_weights) if loss_weights else None,
+        gate_targets=gate_targets,
         snapshot_every=snapshot_every,
         snapshot_dir=snapshot_dir,
         nodes=nodes,
