@@ -185,6 +185,7 @@ def test_a_killed_postmaster_is_restarted_by_the_next_verb(tmp_path: Path, priva
         assert cluster.workspaces()[record.database] == ws.resolve()
         status = odqa(env, "-w", ws, "server", "status")
         assert "up (postmaster pid" in status.stdout and "the server reads it" in status.stdout, status.stdout
+        assert "auth string: off (any user of this machine can call the API" in status.stdout
 
         refused = subprocess.run([sys.executable, "-m", "odqa.flows.backend", "postgres", "stop"], env=env,
                                  capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)  # fmt: skip
