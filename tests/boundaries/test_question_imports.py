@@ -60,7 +60,7 @@ def ws(cli, tmp_path: Path) -> Path:
 
 
 def test_malformed_question_records_are_refused_with_file_and_line(cli, ws: Path, tmp_path: Path) -> None:
-    stray = _qas(tmp_path / "stray.qa.csv", 'fine?\t["a"]', '"opened here?\t["b"]', 'closed here"?\t["c"]')
+    stray = _qas(tmp_path / "stray.qa.csv", "fine?\t['a']", "\"opened here?\t['b']", "closed here\"\t['c']")
     _refused(cli, ws, "dpr-qas", stray, f"{stray}:2", "quot")  # the old reader merged lines 2-3 into one question
     fields = _qas(tmp_path / "fields.qa.csv", 'fine?\t["a"]', 'a tab\tinside?\t["b"]\tid\textra')
     _refused(cli, ws, "dpr-qas", fields, f"{fields}:2", "5 tab-separated field(s)")
