@@ -8,7 +8,7 @@ Each flow wires pure steps of `pipelines/questions/` to the workspace:
 - `paq_questions_flow`: PAQ metadata -> the thesis' 100K-passage sample (`questions`) and its
   flipped variant (`flipped`).
 - `import_questions_flow`: a standard QA file -> `questions` (+ `passages`, `qrels`). A file is
-  a source of its own (format + full path): another file adds, the same file with new content
+  a source of its own (dataset, split, format, full path): another file adds, the same file with new content
   replaces its rows only with `replace`, question ids stay unique across the workspace.
 
 Every flow fingerprints its inputs and parameters: a re-run with identical inputs is a no-op,
@@ -365,10 +365,11 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
 ON_DUPLICATE = ("refuse", "keep-existing")
 
 
-def question_source(fmt: str, path: Path) -> str:
-    """The `source` of an imported question file: its format and full path, so two files are two
-    sources whatever their names, dataset or split."""
-    return f"import-questions:{fmt}:{path.expanduser().resolve()}"
+def question_source(dataset: str, split: str, fmt: str, path: Path) -> str:
+    """The `source` of an imported question file: the dataset and split it fills, its format and
+    full path. Two files are two sources whatever their names; one file imported under two
+    dataset names (a benchmark's variants) is two sources too, since its question ids differ."""
+    return f"import-questions:{dataset}:{split}:{fmt}:{path.expanduser().resolve()}"
 
 
 def _refuse_duplicate_questions(ws: Workspace, staged: list[Path], source: str, source_path: Path) -> None:
@@ -395,9 +396,9 @@ def import_questions_flow(
 ) -> ImportQuestionsReport:  # fmt: skip
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).
 
-    A file is a source of its own (format + full path): another file adds questions, the same file
-    with new content (or another dataset or split) replaces its rows only when `replace` is set,
-    and question ids (and passage ids) stay unique across the workspace.
+    A file is a source of its own (dataset, split, format and full path): another file adds
+    questions, the same file with new content replaces its rows only when `replace` is set, and
+    question ids (and passage ids) stay unique across the workspace.
 
     Args:
         fmt: Format of the file: dpr-json, dpr-qas, nq-open, entityquestions, squad or beir.
@@ -421,12 +422,12 @@ def import_questions_flow(
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
     imported = import_questions(fmt, source_path, dataset, split, max_record_bytes)  # validates the path and layout
-    source = question_source(fmt, source_path)
+    source = question_source(dataset, split, fmt, source_path)
     stage = source
     files = [p for p in _import_files(fmt, source_path, split) if p.exists()]
     # One questions import at a time: the duplicate checks must see every commit before their own.
     with writer_lock(ws.root, "table:questions:import", f"the questions table (import of {source_path})"):
-        stage_fp = fingerprint(stage, fmt, dataset, split, _files_sha(files), on_duplicate)
+        stage_fp = fingerprint(stage, _files_sha(files), on_duplicate)
         done = finished_report(ws, stage, stage_fp, ImportQuestionsReport,
                                f"{source_path} already imported with identical content")  # fmt: skip
         if done is not None:
@@ -434,7 +435,7 @@ def import_questions_flow(
         held = sum(e.rows for e in ws.snapshot().files("questions") if e.source == source)
         if held and not replace:
             raise FileExistsError(
-                f"{source_path} was imported before with other content, dataset or split ({held:,} questions of "
+                f"{source_path} was imported before with other content ({held:,} questions of "
                 f"source {source}); pass --replace to replace them with this import's questions"
             )
         report = _import_questions(ws, imported, fmt, source_path, dataset, split, stage_fp, memory_limit,
@@ -445,7 +446,7 @@ def import_questions_flow(
 
 def _import_questions(ws: Workspace, imported: ImportedDataset, fmt: str, source_path: Path, dataset: str,
                       split: str, stage_fp: str, memory_limit: str, keep_existing: bool) -> ImportQuestionsReport:  # fmt: skip
-    source = question_source(fmt, source_path)
+    source = question_source(dataset, split, fmt, source_path)
     counts: Counter[str] = Counter()
     existing = None
     if keep_existing:

@@ -81,7 +81,7 @@ def test_duplicate_question_ids_are_refused_naming_both_sources(cli, ws: Path, t
     _refused(cli, ws, "nq-open", within, "(2 times)", str(within))  # the old import stored both rows
     across = _nq(tmp_path / "copy" / "dev.jsonl", ("n1", "new"), ("s2", "clash"))
     seed = tmp_path / "seed" / "dev.jsonl"
-    _refused(cli, ws, "nq-open", across, str(across), f"import-questions:nq-open:{seed}", "--on-duplicate keep-existing")
+    _refused(cli, ws, "nq-open", across, str(across), f"import-questions:nq:dev:nq-open:{seed}", "--on-duplicate keep-existing")
     out = _import(cli, ws, "nq-open", across, "--on-duplicate", "keep-existing").output
     assert "questions: 1" in out and "skipped_duplicates: 1" in out and "kept: 2" in out and "total: 3" in out
     assert _questions(ws) == ["new", "seed one", "seed two"]
@@ -91,11 +91,12 @@ def test_a_second_file_adds_and_replacing_needs_the_flag(cli, ws: Path, tmp_path
     other = _nq(tmp_path / "other" / "dev.jsonl", ("o1", "other one"))
     out = _import(cli, ws, "nq-open", other, split="test").output  # the old import keyed sources by dataset:split
     assert "questions: 1" in out and "replaced: 0" in out and "kept: 2" in out and "total: 3" in out
+    _import(cli, ws, "nq-open", other, split="train")  # one file under two splits: two sources, other ids
     _nq(other, ("o1", "changed"), ("o2", "second"))
     _refused(cli, ws, "nq-open", other, "imported before", "--replace", split="test")
     out = _import(cli, ws, "nq-open", other, "--replace", split="test").output
-    assert "questions: 2" in out and "replaced: 1" in out and "kept: 2" in out and "total: 4" in out
-    assert _questions(ws) == ["changed", "second", "seed one", "seed two"]
+    assert "questions: 2" in out and "replaced: 1" in out and "kept: 3" in out and "total: 5" in out
+    assert _questions(ws) == ["changed", "other one", "second", "seed one", "seed two"]
 
 
 def test_a_passage_id_with_another_text_is_refused(cli, ws: Path, tmp_path: Path) -> None:
