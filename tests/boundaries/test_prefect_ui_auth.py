@@ -13,7 +13,7 @@ from odqa.flows.backend.auth import AUTH_ENV, api_client, client_auth_string
 from odqa.flows.backend.local_server import temporary_server
 from tests.browser import ARTIFACTS, headless_chromium
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 UI_TIMEOUT_S = 60
 DEPLOYMENT = "auth-probe-deployment"
 
