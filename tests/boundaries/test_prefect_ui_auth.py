@@ -14,7 +14,7 @@ from odqa.flows.backend.local_server import temporary_server
 from tests.browser import ARTIFACTS, headless_chromium
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-UI_TIMEOUT_S = 60
+UI_TIMEOUT_S = 120  # the UI's first load takes over a minute on a loaded 2-core machine
 DEPLOYMENT = "auth-probe-deployment"
 
 
@@ -40,8 +40,10 @@ def test_the_ui_needs_the_auth_string_and_then_shows_the_deployments(tmp_path: P
             wait = WebDriverWait(browser, UI_TIMEOUT_S)
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             browser.get(f"{ui}/deployments")
-            secret = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "input[type=password]")))
-            browser.save_screenshot(str(ARTIFACTS / "prefect-ui-auth-login.png"))
+            try:
+                secret = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "input[type=password]")))
+            finally:
+                browser.save_screenshot(str(ARTIFACTS / "prefect-ui-auth-login.png"))
             assert DEPLOYMENT not in browser.find_element(By.TAG_NAME, "body").text  # no data without it
 
             secret.send_keys("odqa:wrong")
