@@ -61,4 +61,6 @@ def test_the_ui_needs_the_auth_string_and_then_shows_the_deployments(tmp_path: P
             finally:
                 browser.save_screenshot(str(ARTIFACTS / "prefect-ui-auth-deployments.png"))
             page = re.sub(r"\s+", " ", browser.find_element(By.TAG_NAME, "body").text)
-            assert "odqa-auth-probe" in page and not browser.find_elements(By.CSS_SELECTOR, "input[type=password]")
+            assert "odqa-auth-probe" in page and not browser.find_elements(
+                By.CSS_SELECTOR, "input[type=password]"
+            )

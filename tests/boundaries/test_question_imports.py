@@ -49,28 +49,41 @@ def _refused(cli, ws: Path, fmt: str, path: Path, *expected: str, flags: tuple[s
 
 
 def _questions(ws: Path) -> list[str]:
-    return Workspace.resolve(ws).sql("SELECT question FROM questions ORDER BY question").column("question").to_pylist()
+    return (
+        Workspace.resolve(ws)
+        .sql("SELECT question FROM questions ORDER BY question")
+        .column("question")
+        .to_pylist()
+    )
 
 
 @pytest.fixture
 def ws(cli, tmp_path: Path) -> Path:
     root = tmp_path / "ws"
-    _import(cli, root, "nq-open", _nq(tmp_path / "seed" / "dev.jsonl", ("s1", "seed one"), ("s2", "seed two")))
+    _import(
+        cli, root, "nq-open", _nq(tmp_path / "seed" / "dev.jsonl", ("s1", "seed one"), ("s2", "seed two"))
+    )
     return root
 
 
 def test_malformed_question_records_are_refused_with_file_and_line(cli, ws: Path, tmp_path: Path) -> None:
     stray = _qas(tmp_path / "stray.qa.csv", "fine?\t['a']", "\"opened here?\t['b']", "closed here\"\t['c']")
-    _refused(cli, ws, "dpr-qas", stray, f"{stray}:2", "quot")  # the old reader merged lines 2-3 into one question
+    _refused(
+        cli, ws, "dpr-qas", stray, f"{stray}:2", "quot"
+    )  # the old reader merged lines 2-3 into one question
     fields = _qas(tmp_path / "fields.qa.csv", 'fine?\t["a"]', 'a tab\tinside?\t["b"]\tid\textra')
     _refused(cli, ws, "dpr-qas", fields, f"{fields}:2", "5 tab-separated field(s)")
     latin = tmp_path / "latin.qa.csv"
     latin.write_bytes('fine?\t["a"]\nZ\xfcrich?\t["b"]\n'.encode("latin-1"))
     _refused(cli, ws, "dpr-qas", latin, f"{latin}:2", "not UTF-8", "0xfc")
     long = _qas(tmp_path / "long.qa.csv", 'fine?\t["a"]', "w " * 600 + '?\t["b"]')
-    _refused(cli, ws, "dpr-qas", long, f"{long}:2", "longer than 1,000 bytes", flags=("--max-record-bytes", "1000"))
+    _refused(
+        cli, ws, "dpr-qas", long, f"{long}:2", "longer than 1,000 bytes", flags=("--max-record-bytes", "1000")
+    )
     element = tmp_path / "big.json"
-    element.write_text(json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": [{"text": "x " * 900}]}]))
+    element.write_text(
+        json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": [{"text": "x " * 900}]}])
+    )
     _refused(cli, ws, "dpr-json", element, f"{element}: element 0", "longer than 1,000 characters",
              flags=("--max-record-bytes", "1000"))  # fmt: skip
     assert _questions(ws) == ["seed one", "seed two"]
@@ -81,7 +94,15 @@ def test_duplicate_question_ids_are_refused_naming_both_sources(cli, ws: Path, t
     _refused(cli, ws, "nq-open", within, "(2 times)", str(within))  # the old import stored both rows
     across = _nq(tmp_path / "copy" / "dev.jsonl", ("n1", "new"), ("s2", "clash"))
     seed = tmp_path / "seed" / "dev.jsonl"
-    _refused(cli, ws, "nq-open", across, str(across), f"import-questions:nq:dev:nq-open:{seed}", "--on-duplicate keep-existing")
+    _refused(
+        cli,
+        ws,
+        "nq-open",
+        across,
+        str(across),
+        f"import-questions:nq:dev:nq-open:{seed}",
+        "--on-duplicate keep-existing",
+    )
     out = _import(cli, ws, "nq-open", across, "--on-duplicate", "keep-existing").output
     assert "questions: 1" in out and "skipped_duplicates: 1" in out and "kept: 2" in out and "total: 3" in out
     assert _questions(ws) == ["new", "seed one", "seed two"]
@@ -89,7 +110,9 @@ def test_duplicate_question_ids_are_refused_naming_both_sources(cli, ws: Path, t
 
 def test_a_second_file_adds_and_replacing_needs_the_flag(cli, ws: Path, tmp_path: Path) -> None:
     other = _nq(tmp_path / "other" / "dev.jsonl", ("o1", "other one"))
-    out = _import(cli, ws, "nq-open", other, split="test").output  # the old import keyed sources by dataset:split
+    out = _import(
+        cli, ws, "nq-open", other, split="test"
+    ).output  # the old import keyed sources by dataset:split
     assert "questions: 1" in out and "replaced: 0" in out and "kept: 2" in out and "total: 3" in out
     _import(cli, ws, "nq-open", other, split="train")  # one file under two splits: two sources, other ids
     _nq(other, ("o1", "changed"), ("o2", "second"))
