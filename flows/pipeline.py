@@ -363,7 +363,8 @@ def plan_stages(
                                    kwargs={"fmt": item.format, "path": str(Path(item.path).resolve()),
                                            "dataset": item.dataset, "split": item.split, **wsarg},
                                    writes=["questions", "passages", "qrels"],
-                                   ledger=[f"import-questions:{item.dataset}:{item.split}"]))  # fmt: skip
+                                   ledger=[f"import-questions:{item.dataset}:{item.split}:{item.format}:"
+                                           f"{Path(item.path).resolve()}"]))  # fmt: skip
     labelled = add("label-domains", "label-domains", graph + question_stages,
                    files=[domains.domains_file] if domains.domains_file else [],
                    kwargs={"domains_file": domains.domains_file, "max_depth": domains.max_depth, **wsarg},

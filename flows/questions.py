@@ -7,7 +7,9 @@ Each flow wires pure steps of `pipelines/questions/` to the workspace:
   passages when there are any -> `questions` + report figures in `metrics`.
 - `paq_questions_flow`: PAQ metadata -> the thesis' 100K-passage sample (`questions`) and its
   flipped variant (`flipped`).
-- `import_questions_flow`: a standard QA file -> `questions` (+ `passages`, `qrels`).
+- `import_questions_flow`: a standard QA file -> `questions` (+ `passages`, `qrels`). A file is
+  a source of its own (dataset, split, format, full path): another file adds, the same file with new content
+  replaces its rows only with `replace`, question ids stay unique across the workspace.
 
 Every flow fingerprints its inputs and parameters: a re-run with identical inputs is a no-op,
 and the rows of a dataset are replaced in one atomic commit, so a failure (a SPARQL endpoint
@@ -25,9 +27,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from prefect import flow, task
 
-from ..pipelines.questions.imports import FORMATS, dedupe_passages, import_questions
+from ..pipelines.questions.duck import duplicate_ids
+from ..pipelines.questions.imports import (
+    FORMATS,
+    ImportedDataset,
+    ImportFormatError,
+    dedupe_passages,
+    import_questions,
+)
+from ..pipelines.questions.jsonstream import MAX_RECORD_BYTES
 from ..pipelines.questions.paq import PaqConfig, sample_paq
 from ..pipelines.questions.positives import find_positives
 from ..pipelines.questions.sparql import DEFAULT_USER_AGENT, SparqlTripleSource
@@ -50,6 +62,7 @@ from ..pipelines.questions.triples import (
 from ..storage import Workspace
 from ..storage.articles import redirects
 from ..storage.fingerprint import file_sha256, fingerprint
+from ..storage.locks import writer_lock
 from ..storage.passages import passage_files
 from ..storage.reports import Report
 from .runtime import stage_logger
@@ -82,6 +95,10 @@ class PaqQuestionsReport(Report):
 
 @dataclass
 class ImportQuestionsReport(Report):
+    """What an import did to the questions table: rows added (`questions`), replaced (this
+    source's old rows), kept (other sources' rows), skipped (duplicates under --on-duplicate
+    keep-existing), total; and the passages and qrels the file brought."""
+
     format: str
     path: str
     dataset: str
@@ -90,6 +107,17 @@ class ImportQuestionsReport(Report):
     questions_with_positive: int
     passages: int = 0
     qrels: int = 0
+    replaced: int = 0
+    kept: int = 0
+    skipped_duplicates: int = 0
+    total: int = 0
+
+    def as_figures(self) -> dict[str, Any]:
+        """The figures, without `skipped_duplicates` when no row was skipped (the usual case)."""
+        figures = super().as_figures()
+        if not self.skipped_duplicates:
+            figures.pop("skipped_duplicates", None)
+        return figures
 
 
 def _metric_rows(dataset: str, source: str, figures: list[tuple[str | None, str, float, str | None]],
@@ -334,11 +362,43 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
     return [path]
 
 
+ON_DUPLICATE = ("refuse", "keep-existing")
+
+
+def question_source(dataset: str, split: str, fmt: str, path: Path) -> str:
+    """The `source` of an imported question file: the dataset and split it fills, its format and
+    full path. Two files are two sources whatever their names; one file imported under two
+    dataset names (a benchmark's variants) is two sources too, since its question ids differ."""
+    return f"import-questions:{dataset}:{split}:{fmt}:{path.expanduser().resolve()}"
+
+
+def _refuse_duplicate_questions(ws: Workspace, staged: list[Path], source: str, source_path: Path) -> None:
+    kept = [(ws.root / e.path, e.source) for e in ws.snapshot().files("questions") if e.source != source]
+    within, across = duplicate_ids("question_id", staged, kept)
+    if within:
+        listed = ", ".join(f"{qid!r} ({n} times)" for qid, n in within)
+        raise ImportFormatError(f"{source_path}: duplicate question ids within the file: {listed}; a record's id "
+                                "(or, without one, its line) must be unique")  # fmt: skip
+    if across:
+        listed = ", ".join(f"{qid!r} (from {other})" for qid, other in across)
+        raise ImportFormatError(
+            f"{source_path}: question ids already in the workspace from another source: {listed}. Ids must be "
+            "unique across the workspace (formats without ids number their records, so two files of one "
+            "--dataset and --split collide); import under another --split or --dataset, or pass "
+            "--on-duplicate keep-existing to skip such questions of this file"
+        )
+
+
 @flow(name="import-questions")
 def import_questions_flow(
-    fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None
-) -> ImportQuestionsReport:
+    fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
+    replace: bool = False, on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+) -> ImportQuestionsReport:  # fmt: skip
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).
+
+    A file is a source of its own (dataset, split, format and full path): another file adds
+    questions, the same file with new content replaces its rows only when `replace` is set, and
+    question ids (and passage ids) stay unique across the workspace.
 
     Args:
         fmt: Format of the file: dpr-json, dpr-qas, nq-open, entityquestions, squad or beir.
@@ -347,55 +407,98 @@ def import_questions_flow(
         split: Split the questions get, e.g. train, dev or test.
         memory_limit: DuckDB memory limit while deduplicating the passages the file brings.
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        replace: Replace the rows an earlier import of this same file (path) brought in.
+        on_duplicate: A question id (or a passage id with another text) the workspace already
+            holds from another source: refuse (the default, naming both) or keep-existing (keep
+            the rows already there and count the skipped ones).
+        max_record_bytes: The longest record accepted (a line, a JSON array element, a whole
+            SQuAD file); a longer one is refused with its file and line.
     """
     log = stage_logger()
     if fmt not in FORMATS:
         raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if on_duplicate not in ON_DUPLICATE:
+        raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
-    imported = import_questions(fmt, source_path, dataset, split)  # validates the path and layout
-    stage = f"import-questions:{dataset}:{split}"
-    stage_fp = fingerprint(stage, fmt, _files_sha([p for p in _import_files(fmt, source_path, split) if p.exists()]))
-    done = finished_report(ws, stage, stage_fp, ImportQuestionsReport, "same file as last time")
-    if done is not None:
-        return done
+    imported = import_questions(fmt, source_path, dataset, split, max_record_bytes)  # validates the path and layout
+    source = question_source(dataset, split, fmt, source_path)
+    stage = source
+    files = [p for p in _import_files(fmt, source_path, split) if p.exists()]
+    # One questions import at a time: the duplicate checks must see every commit before their own.
+    with writer_lock(ws.root, "table:questions:import", f"the questions table (import of {source_path})"):
+        stage_fp = fingerprint(stage, _files_sha(files), on_duplicate)
+        done = finished_report(ws, stage, stage_fp, ImportQuestionsReport,
+                               f"{source_path} already imported with identical content")  # fmt: skip
+        if done is not None:
+            return done
+        held = sum(e.rows for e in ws.snapshot().files("questions") if e.source == source)
+        if held and not replace:
+            raise FileExistsError(
+                f"{source_path} was imported before with other content ({held:,} questions of "
+                f"source {source}); pass --replace to replace them with this import's questions"
+            )
+        report = _import_questions(ws, imported, fmt, source_path, dataset, split, stage_fp, memory_limit,
+                                   on_duplicate == "keep-existing")  # fmt: skip
+    log.info("%s: %s", source, report)
+    return report
 
+
+def _import_questions(ws: Workspace, imported: ImportedDataset, fmt: str, source_path: Path, dataset: str,
+                      split: str, stage_fp: str, memory_limit: str, keep_existing: bool) -> ImportQuestionsReport:  # fmt: skip
+    source = question_source(dataset, split, fmt, source_path)
     counts: Counter[str] = Counter()
+    existing = None
+    if keep_existing:
+        others = [ws.root / e.path for e in ws.snapshot().files("questions") if e.source != source]
+        ids = [pq.read_table(path, columns=["question_id"]).column("question_id") for path in others]
+        existing = pa.chunked_array([c for column in ids for c in column.chunks], pa.string()).combine_chunks()
     tmp = ws.scratch_dir("import-questions")
     try:
-        with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        with ws.transaction(source, fingerprint=stage_fp) as tx:
             for table in ("questions", "passages", "qrels", "metrics"):
-                tx.replace_source(table, stage)
-            writer = tx.writer("questions", source=stage, prefix="questions")
+                tx.replace_source(table, source)
+            writer = tx.writer("questions", source=source, prefix="questions")
             for batch in imported.questions:
+                if existing is not None:
+                    kept_rows = pc.invert(pc.is_in(batch.column("question_id"), value_set=existing))
+                    counts["skipped_duplicates"] += batch.num_rows
+                    batch = batch.filter(kept_rows)
+                    counts["skipped_duplicates"] -= batch.num_rows
                 writer.write(batch)
                 counts["questions"] += batch.num_rows
                 positives = batch.column(batch.schema.get_field_index("positive_ids")).to_pylist()
                 counts["questions_with_positive"] += sum(1 for ids in positives if ids)
             writer.close()
+            _refuse_duplicate_questions(ws, tx.staged_files("questions"), source, source_path)
             if imported.passages is not None:
-                others = passage_files(ws, except_source=stage)
-                writer = tx.writer("passages", source=stage, prefix="passages")
-                for batch in dedupe_passages(imported.passages, tmp, memory_limit, exclude=others):
+                others = passage_files(ws, except_source=source)
+                writer = tx.writer("passages", source=source, prefix="passages")
+                for batch in dedupe_passages(imported.passages, tmp, memory_limit, exclude=others,
+                                             keep_existing=keep_existing):  # fmt: skip
                     writer.write(batch.drop_columns(["source"]).append_column(
-                        "source", pa.array([stage] * batch.num_rows, pa.string())))
+                        "source", pa.array([source] * batch.num_rows, pa.string())))  # fmt: skip
                     counts["passages"] += batch.num_rows
                 writer.close()
             if imported.qrels is not None:
-                writer = tx.writer("qrels", source=stage, prefix="qrels")
+                writer = tx.writer("qrels", source=source, prefix="qrels")
                 for batch in imported.qrels:
                     writer.write(batch)
                     counts["qrels"] += batch.num_rows
                 writer.close()
+            entries = ws.snapshot().files("questions")
+            replaced = sum(e.rows for e in entries if e.source == source)
+            kept = sum(e.rows for e in entries if e.source != source)
             report = ImportQuestionsReport(format=fmt, path=str(source_path), dataset=dataset, split=split,
                                            questions=counts["questions"],
                                            questions_with_positive=counts["questions_with_positive"],
-                                           passages=counts["passages"], qrels=counts["qrels"])  # fmt: skip
+                                           passages=counts["passages"], qrels=counts["qrels"], replaced=replaced,
+                                           kept=kept, skipped_duplicates=counts["skipped_duplicates"],
+                                           total=kept + counts["questions"])  # fmt: skip
             figures = [(split, key, value, None) for key, value in counts.items()]
-            tx.write("metrics", _metric_rows(dataset, stage, figures, {"format": fmt, "path": str(source_path)}),
-                     source=stage)
+            tx.write("metrics", _metric_rows(dataset, source, figures, {"format": fmt, "path": str(source_path)}),
+                     source=source)  # fmt: skip
             tx.report = report.ledger()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("%s: %s", stage, report)
     return report

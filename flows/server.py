@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .backend.auth import AUTH_FILE, client_auth_string
+from .backend.auth import AUTH_FILE, auth_status, client_auth_string
 from .backend.local_server import (
     ServerPaths,
     clear_foreground,
@@ -240,7 +240,8 @@ def status_lines(workspace: Path) -> list[str]:
         gone = f" (pid {stale.pid} recorded, not running; the next call starts it again)" if stale else ""
         return [f"no Prefect server runs for {workspace}{gone}"]
     return [f"Prefect server for {workspace}: UI {record.ui_url}, API {record.api_url}, pid {record.pid}, "
-            f"since {record.started_at}", database_health(record), f"log: {record.log}"]
+            f"since {record.started_at}", database_health(record),
+            auth_status(record.api_url, ServerPaths(workspace).home), f"log: {record.log}"]
 
 
 def list_lines() -> list[str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,3 +77,28 @@ def api_client(api_url: str, auth_string: str | None = None) -> PrefectClient:
     chosen = auth_string or os.environ.get("PREFECT_API_AUTH_STRING") or (configured.get_secret_value()
                                                                           if configured else None)  # fmt: skip
     return PrefectClient(api_url, auth_string=chosen)
+
+
+def auth_status(api_url: str, home: Path) -> str:
+    """One line for `odqa server status`: whether the running server requires the auth string,
+    asked of the server itself (a GET without it: 401 when it is on), and whether the setting
+    now in force differs from it (it takes effect when the server starts)."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/admin/version", timeout=10):
+            required = False
+    except urllib.error.HTTPError as refused:
+        required = refused.code == 401
+    except (urllib.error.URLError, OSError, ValueError) as why:
+        return f"auth string: unknown (the server did not answer: {why})"
+    try:
+        wanted = auth_wanted()
+    except ValueError as why:
+        wanted, note = required, f"; {why}"
+    else:
+        note = ""
+    if wanted != required:
+        note = (f"; {AUTH_ENV} is {'on' if wanted else 'off'} now, which takes effect when the server starts again "
+                "(`./run server stop`)")  # fmt: skip
+    if required:
+        return f"auth string: on (the API answers 401 without the secret in {home / AUTH_FILE}){note}"
+    return f"auth string: off (any user of this machine can call the API; {AUTH_ENV}=on turns it on){note}"

@@ -371,8 +371,8 @@ def restart_dead_cluster(record: ServerRecord) -> str | None:
 
 
 def wait_database(api_url: str, timeout: float) -> bool:
-    """Until the server answers a call that reads its database (its pool drops connections the
-    dead postmaster left); False when ``timeout`` passes first."""
+    """Until the server reaches its database again (its pool pings each connection before use
+    and drops those the dead postmaster left); False when ``timeout`` passes first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if database_answers(api_url):
@@ -382,11 +382,11 @@ def wait_database(api_url: str, timeout: float) -> bool:
 
 
 def database_answers(api_url: str) -> bool:
-    """Whether the server can read its database now (a count of its flows)."""
-    request = urllib.request.Request(f"{api_url}/flows/count", data=b"{}", method="POST",
-                                     headers={"content-type": "application/json"})  # fmt: skip
+    """Whether the server can use its database now: Prefect's readiness check (``GET /ready``
+    takes a connection from the server's pool). A GET, and exempt from the auth string, since
+    CSRF protection refuses a POST without a token and the auth string may be on."""
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/ready", timeout=10) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False

@@ -31,6 +31,7 @@ import pwd
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ MIN_VERSION = (14, 9)  # Prefect 3's minimum for its PostgreSQL backend
 PORT = 5432  # only names the socket file: nothing listens on TCP
 SOCKET_PATH_MAX = 100  # a Unix socket path must fit in 107 bytes
 START_TIMEOUT_S = 120
+ZOMBIE_WAIT_S = 10  # how long a killed postmaster and its backends may take to vanish
 # Written into postgresql.conf by `Cluster.create`. synchronous_commit=off: a commit returns
 # before its WAL reaches the disk. A killed process loses nothing; an OS crash can lose the last
 # fraction of a second of Prefect's run states, never corrupt the database.
@@ -185,6 +187,7 @@ class Cluster:
                 self.create()
             if self.running():
                 return False
+            self._clear_killed_postmaster()
             self.start()
             return True
 
@@ -199,6 +202,38 @@ class Cluster:
             conf.write("\n# odqa (flows/backend/postgres.py): socket only, private to its owner\n")
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
         building.rename(self.data_dir)
+
+    def _clear_killed_postmaster(self) -> None:
+        """Make way for a new postmaster after the last one was killed. PostgreSQL refuses to
+        start while the pid in its lock files (``postmaster.pid``, and the socket's ``.lock``)
+        exists, and a killed postmaster lingers as a zombie until its parent (init, here) reaps
+        it; its backends exit by themselves a moment after it. Waits for both; when nothing but
+        an unreaped zombie is left, its lock files are removed (no live process uses the data
+        folder then, so nothing else can be harmed)."""
+        pid = _lock_pid(self.data_dir / "postmaster.pid")
+        if pid is None:
+            return
+        if _alive(pid):
+            return  # a live postmaster without its socket: pg_ctl says what is wrong
+        deadline = time.monotonic() + ZOMBIE_WAIT_S
+        while time.monotonic() < deadline and (_exists(pid) or self._users()):
+            time.sleep(0.1)
+        users = self._users()
+        if users:
+            raise PostgresUnavailable(f"processes {users} of the killed postmaster still use {self.data_dir}")
+        if _exists(pid):
+            for lock in (self.data_dir / "postmaster.pid", self.socket_dir / f".s.PGSQL.{PORT}.lock"):
+                if _lock_pid(lock) == pid:
+                    lock.unlink()
+
+    def _users(self) -> list[int]:
+        """Live processes working in the data folder (a postmaster and its backends chdir there)."""
+        found, data_dir = [], self.data_dir.resolve()
+        for entry in Path("/proc").glob("[0-9]*/cwd"):
+            with contextlib.suppress(OSError, ValueError):
+                if Path(os.readlink(entry)) == data_dir and _alive(int(entry.parent.name)):
+                    found.append(int(entry.parent.name))
+        return found
 
     def start(self) -> None:
         if self.socket_dir != self.root:
@@ -316,6 +351,25 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state != "Z"
+
+
+def _lock_pid(lock: Path) -> int | None:
+    """The pid on the first line of a PostgreSQL lock file (None: no such file)."""
+    try:
+        return int(lock.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` names any process, a zombie included (PostgreSQL's own test)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _clean_env() -> dict[str, str]:

@@ -38,13 +38,27 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
 @click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
 @click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
 @click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
+@click.option("--replace", is_flag=True,
+              help="Replace the questions an earlier import of this same file (path) added.")
+@click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
+              help="A question id (or a passage id with another text) another source already holds: refuse the "
+              "file, or keep the existing row and skip this file's.")
+@click.option("--max-record-bytes", type=click.IntRange(min=1), default=8 << 20, show_default=True,
+              help="The longest record accepted (a line, a JSON array element, a whole SQuAD file).")
 @click.argument("path", type=click.Path(exists=True))
 @click.pass_context
-def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, path: str) -> None:
-    """Import PATH (a file; a folder for beir and entityquestions) into questions (+ passages, qrels)."""
+def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, replace: bool, on_duplicate: str,
+                     max_record_bytes: int, path: str) -> None:  # fmt: skip
+    """Import PATH (a file; a folder for beir and entityquestions) into questions (+ passages, qrels).
+
+    Each file is a source of its own (its full path): another file adds questions, ids stay unique
+    across the workspace, and the report gives questions added, replaced and kept, with the total.
+    """
     from ..questions import import_questions_flow
 
-    report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx))
+    report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx),
+                                   replace=replace, on_duplicate=on_duplicate,
+                                   max_record_bytes=max_record_bytes)  # fmt: skip
     echo_report("import questions", report)
 
 

@@ -22,7 +22,8 @@ Formats (what the papers' data ships as):
 
 question_id is stable: a hash of dataset, split and the record's own id, or its ordinal in the
 file when the format has no ids. Every bad record raises an error naming the file and the line
-(or, for JSON arrays, the element).
+(or, for JSON arrays, the element): a stray quote (a record never continues on the next line),
+bytes that are not UTF-8, a record over ``max_record_bytes`` (`jsonstream.MAX_RECORD_BYTES`).
 
 Results are re-iterable streams of Arrow record batches, so big files never sit in memory and
 the questions and passages of one file can be consumed one after the other.
@@ -34,16 +35,25 @@ import ast
 import csv
 import json
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .duck import duckdb_session, sql_string
-from .jsonstream import JsonFormatError, iter_json_array, iter_json_lines, open_text
+from .jsonstream import (
+    MAX_RECORD_BYTES,
+    JsonFormatError,
+    iter_json_array,
+    iter_json_lines,
+    open_binary,
+    read_lines,
+)
 from .rows import (
     PASSAGE_SCHEMA,
     QREL_SCHEMA,
@@ -56,6 +66,7 @@ from .rows import (
 FORMATS = ("dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir")
 BATCH_ROWS = 10_000
 _EQ_FILE = re.compile(r"^(P\d+)\.[^.]+\.json$")
+csv.field_size_limit(sys.maxsize)  # lines are already bounded by max_record_bytes
 
 
 class ImportFormatError(ValueError):
@@ -124,11 +135,11 @@ def _contexts(record: Mapping[str, Any], key: str, where: str) -> list[Mapping[s
     return value
 
 
-def import_dpr_json(path: Path, dataset: str, split: str) -> ImportedDataset:
+def import_dpr_json(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
     path = Path(path)
 
     def records() -> Iterator[tuple[str, int, dict[str, Any]]]:
-        for index, record in enumerate(iter_json_array(path)):
+        for index, record in enumerate(iter_json_array(path, max_bytes)):
             where = f"{path}: element {index}"
             if not isinstance(record, dict):
                 raise ImportFormatError(f"{where}: expected a JSON object")
@@ -183,37 +194,47 @@ def _literal_list(text: str, where: str) -> list[str]:
     return _answers(value, where)
 
 
-def import_dpr_qas(path: Path, dataset: str, split: str) -> ImportedDataset:
+def _tsv_fields(line: str, where: str) -> list[str]:
+    """The tab-separated fields of one line (csv quoting, as DPR wrote its files); a record never
+    continues on the next line, so a stray quote is refused instead of merging the rows after it."""
+    try:
+        return next(csv.reader([line.rstrip("\r\n")], delimiter="\t", strict=True), [])
+    except csv.Error as exc:
+        raise ImportFormatError(f"{where}: bad quoting ({exc}); a field that starts with a quote must end with one "
+                                "on the same line (a stray quote would merge the following rows)") from None  # fmt: skip
+
+
+def import_dpr_qas(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
     path = Path(path)
 
     def questions() -> Iterator[dict[str, Any]]:
-        with open_text(path) as handle:
-            reader = csv.reader(handle, delimiter="\t")
-            for row in reader:
-                where = f"{path}:{reader.line_num}"
-                if not row or (len(row) == 1 and not row[0].strip()):
-                    continue
-                if len(row) < 2:
-                    raise ImportFormatError(f"{where}: expected question<TAB>[answers], found {len(row)} column(s)")
-                native = row[2] if len(row) > 2 and row[2] else str(reader.line_num)
-                yield question_row(
-                    question_id=stable_id(dataset, split, native),
-                    dataset=dataset,
-                    split=split,
-                    question=_question(row[0], where),
-                    answers=_literal_list(row[1], where),
-                )
+        for line_no, line in read_lines(path, max_bytes):
+            where = f"{path}:{line_no}"
+            row = _tsv_fields(line, where)
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) not in (2, 3):
+                raise ImportFormatError(f"{where}: expected question<TAB>[answers] (and an optional id), found "
+                                        f"{len(row)} tab-separated field(s)")  # fmt: skip
+            native = row[2] if len(row) > 2 and row[2] else str(line_no)
+            yield question_row(
+                question_id=stable_id(dataset, split, native),
+                dataset=dataset,
+                split=split,
+                question=_question(row[0], where),
+                answers=_literal_list(row[1], where),
+            )
 
     return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
 
 
 # --- nq-open --------------------------------------------------------------------------------
 
-def import_nq_open(path: Path, dataset: str, split: str) -> ImportedDataset:
+def import_nq_open(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
     path = Path(path)
 
     def questions() -> Iterator[dict[str, Any]]:
-        for line_no, record in iter_json_lines(path):
+        for line_no, record in iter_json_lines(path, max_bytes):
             where = f"{path}:{line_no}"
             if not isinstance(record, dict):
                 raise ImportFormatError(f"{where}: expected a JSON object")
@@ -232,7 +253,7 @@ def import_nq_open(path: Path, dataset: str, split: str) -> ImportedDataset:
 
 # --- entityquestions ------------------------------------------------------------------------
 
-def import_entityquestions(path: Path, dataset: str, split: str) -> ImportedDataset:
+def import_entityquestions(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
     path = Path(path)
     files = sorted(p for p in path.glob("P*.json") if _EQ_FILE.match(p.name)) if path.is_dir() else [path]
     if not files:
@@ -244,7 +265,7 @@ def import_entityquestions(path: Path, dataset: str, split: str) -> ImportedData
     def questions() -> Iterator[dict[str, Any]]:
         for file in files:
             relation = _EQ_FILE.match(file.name).group(1)
-            for index, record in enumerate(iter_json_array(file)):
+            for index, record in enumerate(iter_json_array(file, max_bytes)):
                 where = f"{file}: element {index}"
                 if not isinstance(record, dict):
                     raise ImportFormatError(f"{where}: expected a JSON object")
@@ -262,11 +283,19 @@ def import_entityquestions(path: Path, dataset: str, split: str) -> ImportedData
 
 # --- squad ----------------------------------------------------------------------------------
 
-def _squad_paragraphs(path: Path, dataset: str) -> Iterator[tuple[str, str, str, dict[str, Any], str]]:
+def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tuple[str, str, str, dict[str, Any], str]]:
     """(passage_id, title, context, paragraph, where) for every paragraph of a SQuAD file."""
+    with open_binary(path) as handle:
+        raw = handle.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise ImportFormatError(f"{path}: a SQuAD file is one JSON document, and this one is longer than "
+                                f"{max_bytes:,} bytes, the import limit (--max-record-bytes)")  # fmt: skip
     try:
-        with open_text(path) as handle:
-            data = json.load(handle)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ImportFormatError(f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); question files must "
+                                "be UTF-8") from None  # fmt: skip
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     articles = data.get("data") if isinstance(data, dict) else None
@@ -284,11 +313,11 @@ def _squad_paragraphs(path: Path, dataset: str) -> Iterator[tuple[str, str, str,
             yield f"{dataset}:{a}-{p}", str(title).replace("_", " "), paragraph["context"], paragraph, where
 
 
-def import_squad(path: Path, dataset: str, split: str) -> ImportedDataset:
+def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
     path = Path(path)
 
     def questions() -> Iterator[dict[str, Any]]:
-        for passage_id, _, _, paragraph, where in _squad_paragraphs(path, dataset):
+        for passage_id, _, _, paragraph, where in _squad_paragraphs(path, dataset, max_bytes):
             for q, qa in enumerate(paragraph.get("qas", [])):
                 here = f"{where}.qas[{q}]"
                 spans = qa.get("answers") if isinstance(qa, dict) else None
@@ -304,7 +333,7 @@ def import_squad(path: Path, dataset: str, split: str) -> ImportedDataset:
                 )
 
     def passages() -> Iterator[dict[str, Any]]:
-        for passage_id, title, context, _, _ in _squad_paragraphs(path, dataset):
+        for passage_id, title, context, _, _ in _squad_paragraphs(path, dataset, max_bytes):
             yield _passage(passage_id, title, context, f"squad:{path.name}")
 
     return ImportedDataset(Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA))
@@ -312,23 +341,24 @@ def import_squad(path: Path, dataset: str, split: str) -> ImportedDataset:
 
 # --- beir -----------------------------------------------------------------------------------
 
-def _beir_qrels(path: Path) -> Iterator[tuple[str, str, int, str]]:
-    with open_text(path) as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:2]] != ["query-id", "corpus-id"]:
-            raise ImportFormatError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
-        for row in reader:
-            where = f"{path}:{reader.line_num}"
-            if not row:
-                continue
-            try:
-                yield row[0], row[1], int(row[2]), where
-            except (IndexError, ValueError):
-                raise ImportFormatError(f"{where}: expected query-id<TAB>corpus-id<TAB>integer score, got {row!r:.100}") from None
+def _beir_qrels(path: Path, max_bytes: int) -> Iterator[tuple[str, str, int, str]]:
+    lines = read_lines(path, max_bytes)
+    first = next(lines, None)
+    header = _tsv_fields(first[1], f"{path}:1") if first is not None else None
+    if header is None or [h.strip() for h in header[:2]] != ["query-id", "corpus-id"]:
+        raise ImportFormatError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
+    for line_no, line in lines:
+        where = f"{path}:{line_no}"
+        row = _tsv_fields(line, where)
+        if not row:
+            continue
+        try:
+            yield row[0], row[1], int(row[2]), where
+        except (IndexError, ValueError):
+            raise ImportFormatError(f"{where}: expected query-id<TAB>corpus-id<TAB>integer score, got {row!r:.100}") from None
 
 
-def import_beir(path: Path, dataset: str, split: str) -> ImportedDataset:
+def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
     folder = Path(path)
     qrels_file = folder / "qrels" / f"{split}.tsv"
     for needed in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_file):
@@ -337,13 +367,13 @@ def import_beir(path: Path, dataset: str, split: str) -> ImportedDataset:
 
     def judged() -> dict[str, list[tuple[str, int]]]:
         by_query: dict[str, list[tuple[str, int]]] = {}
-        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file):
+        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file, max_bytes):
             by_query.setdefault(query_id, []).append((corpus_id, score))
         return by_query
 
     def questions() -> Iterator[dict[str, Any]]:
         by_query = judged()
-        for line_no, record in iter_json_lines(folder / "queries.jsonl"):
+        for line_no, record in iter_json_lines(folder / "queries.jsonl", max_bytes):
             where = f"{folder / 'queries.jsonl'}:{line_no}"
             if not isinstance(record, dict) or not isinstance(record.get("_id"), (str, int)):
                 raise ImportFormatError(f"{where}: expected an object with '_id' and 'text'")
@@ -360,7 +390,7 @@ def import_beir(path: Path, dataset: str, split: str) -> ImportedDataset:
             )
 
     def qrels() -> Iterator[dict[str, Any]]:
-        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file):
+        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file, max_bytes):
             yield {
                 "dataset": dataset,
                 "split": split,
@@ -371,7 +401,7 @@ def import_beir(path: Path, dataset: str, split: str) -> ImportedDataset:
 
     def passages() -> Iterator[dict[str, Any]]:
         corpus = folder / "corpus.jsonl"
-        for line_no, record in iter_json_lines(corpus):
+        for line_no, record in iter_json_lines(corpus, max_bytes):
             where = f"{corpus}:{line_no}"
             if not isinstance(record, dict) or not isinstance(record.get("_id"), (str, int)) or not isinstance(
                 record.get("text"), str
@@ -384,7 +414,7 @@ def import_beir(path: Path, dataset: str, split: str) -> ImportedDataset:
     )
 
 
-IMPORTERS: dict[str, Callable[[Path, str, str], ImportedDataset]] = {
+IMPORTERS: dict[str, Callable[[Path, str, str, int], ImportedDataset]] = {
     "dpr-json": import_dpr_json,
     "dpr-qas": import_dpr_qas,
     "nq-open": import_nq_open,
@@ -394,15 +424,16 @@ IMPORTERS: dict[str, Callable[[Path, str, str], ImportedDataset]] = {
 }
 
 
-def import_questions(fmt: str, path: Path, dataset: str, split: str) -> ImportedDataset:
-    """Dispatch on the format name (one of FORMATS)."""
+def import_questions(fmt: str, path: Path, dataset: str, split: str,
+                     max_record_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:  # fmt: skip
+    """Dispatch on the format name (one of FORMATS); records over ``max_record_bytes`` are refused."""
     try:
         importer = IMPORTERS[fmt]
     except KeyError:
         raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return importer(Path(path), dataset, split)
+    return importer(Path(path), dataset, split, max_record_bytes)
 
 
 def dedupe_passages(
@@ -410,15 +441,19 @@ def dedupe_passages(
     tmp_dir: Path,
     memory_limit: str = "1GB",
     exclude: Sequence[Path] = (),
+    keep_existing: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Passages with each passage_id once (the first text seen), through DuckDB on disk.
 
     DPR training files repeat the same context under many questions (millions of contexts in
     nq-train), so the distinct set is computed out of core: batches go to a Parquet file in
     `tmp_dir` and DuckDB, with a memory limit and a spill directory there, keeps the first row
-    of every id. Ids found in the `exclude` Parquet files (which have a passage_id column; e.g.
-    an already imported psgs_w100) are dropped, so a corpus never holds a passage twice. Rows
-    come back ordered by passage_id.
+    of every id. Ids found in the `exclude` Parquet files (passages of other sources; e.g. an
+    already imported psgs_w100, whose ids DPR's contexts use) are that same passage and are not
+    added again. An id whose text differs (within the file, or from the workspace's passage of
+    that id: two SQuAD files number their paragraphs alike) is a different passage: refused,
+    naming both sources, unless `keep_existing` (then the workspace's row stays). Rows come back
+    ordered by passage_id.
     """
     tmp_dir = Path(tmp_dir)
     tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -428,10 +463,19 @@ def dedupe_passages(
             writer.write_batch(batch)
     con = duckdb_session(tmp_dir, memory_limit)
     try:
+        new = f"read_parquet({sql_string(spill)})"
+        clash = con.sql(f"SELECT passage_id, any_value(source) FROM {new} GROUP BY 1 "
+                        "HAVING count(DISTINCT text) > 1 ORDER BY 1 LIMIT 3").fetchall()  # fmt: skip
+        if clash:
+            raise ImportFormatError(f"{clash[0][1]}: passage ids with two different texts in this file: "
+                                    f"{', '.join(repr(row[0]) for row in clash)}; ids must name one passage")  # fmt: skip
         known = ""
         if exclude:
             files = ", ".join(sql_string(p) for p in exclude)
-            known = f"WHERE passage_id NOT IN (SELECT passage_id FROM read_parquet([{files}]))"
+            old = f"read_parquet([{files}])"
+            if not keep_existing:
+                _refuse_other_texts(con, new, old)
+            known = f"WHERE passage_id NOT IN (SELECT passage_id FROM {old})"
         reader = con.sql(
             f"""
             SELECT * EXCLUDE (file_row_number)
@@ -446,3 +490,16 @@ def dedupe_passages(
     finally:
         con.close()
         spill.unlink(missing_ok=True)
+
+
+def _refuse_other_texts(con: duckdb.DuckDBPyConnection, new: str, old: str) -> None:
+    """Refuse the import when a passage id it brings is held by another source with another text."""
+    rows = con.sql(f"SELECT n.passage_id, any_value(n.source), any_value(o.source) FROM {new} n JOIN {old} o "
+                   "USING (passage_id) WHERE n.text <> o.text GROUP BY 1 ORDER BY 1 LIMIT 3").fetchall()  # fmt: skip
+    if rows:
+        listed = ", ".join(f"{pid!r} (from {theirs})" for pid, _, theirs in rows)
+        raise ImportFormatError(
+            f"{rows[0][1]}: passage ids the workspace holds with another text: {listed}. A passage id names one "
+            "passage across the workspace; import under another --dataset, or pass --on-duplicate keep-existing "
+            "to keep the workspace's passages"
+        )

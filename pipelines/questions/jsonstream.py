@@ -9,6 +9,10 @@ element plus one chunk; an element that straddles a chunk boundary is retried on
 buffered. Errors name the file, the element's ordinal and its character offset.
 
 JSON Lines files get a reader that skips blank lines and names the line of a bad record.
+
+Every record (a line, or an element of an array) is bounded by ``MAX_RECORD_BYTES`` (a
+caller's ``max_bytes``) while it is read, so one malformed huge record costs that much memory at
+most; bytes that are not UTF-8 are refused naming the file and the line (or character offset).
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 _CHUNK = 1 << 20  # characters read per step; an element larger than this just takes more steps
-_MAX_ELEMENT = 1 << 30  # an "element" this large is a broken file (e.g. a missing bracket)
+# The longest record a question import accepts: a line, or one element of a JSON array (a DPR
+# training element carries its ~100 contexts, ~100 KB). Larger is a broken file (a missing
+# bracket, a file of another format); `odqa import questions --max-record-bytes` changes it.
+MAX_RECORD_BYTES = 8 << 20
 _WHITESPACE = " \t\n\r"
 _NUMBER_CHARS = "0123456789.eE+-"
 
@@ -41,20 +49,48 @@ def open_text(path: Path) -> TextIO:
     return open(path, encoding="utf-8")
 
 
-def iter_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, decoded value) for every non-blank line; a bad line names file and line."""
-    with open_text(path) as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """Open a (possibly .gz/.bz2 compressed) file for reading bytes."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".bz2":
+        return bz2.open(path, "rb")
+    return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+
+
+def read_lines(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, read as bytes with a bounded length and decoded here,
+    so an over-long record costs at most ``max_bytes`` and a bad byte names its line."""
+    with open_binary(path) as handle:
+        for number in itertools.count(1):
+            raw = handle.readline(max_bytes + 2)
+            if not raw:
+                return
+            if len(raw.rstrip(b"\r\n")) > max_bytes:
+                raise JsonFormatError(f"{path}:{number}: record longer than {max_bytes:,} bytes, the import limit "
+                                      "(--max-record-bytes); is this the right file and format?")  # fmt: skip
             try:
-                yield line_no, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JsonFormatError(f"{path}:{line_no}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise JsonFormatError(f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte "
+                                      f"{exc.start + 1} of the line); question files must be UTF-8") from None  # fmt: skip
 
 
-def iter_json_array(path: Path) -> Iterator[Any]:
-    """Each element of a top-level JSON array, decoded one at a time with bounded memory."""
+def iter_json_lines(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded value) for every non-blank line; a bad line names file and line."""
+    for line_no, line in read_lines(path, max_bytes):
+        if not line.strip():
+            continue
+        try:
+            yield line_no, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise JsonFormatError(f"{path}:{line_no}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[Any]:
+    """Each element of a top-level JSON array, decoded one at a time with bounded memory (an
+    element over ``max_bytes`` characters is refused)."""
     decoder = json.JSONDecoder()
     with open_text(path) as handle:
         buf = ""
@@ -66,7 +102,11 @@ def iter_json_array(path: Path) -> Iterator[Any]:
             nonlocal buf, pos, consumed, eof
             if eof:
                 return False
-            chunk = handle.read(max(_CHUNK, len(buf) - pos))  # doubling: big elements parse in linear time
+            try:
+                chunk = handle.read(max(_CHUNK, len(buf) - pos))  # doubling: big elements parse in linear time
+            except UnicodeDecodeError as exc:
+                raise JsonFormatError(f"{path}: not UTF-8 (byte 0x{exc.object[exc.start]:02x} after character "
+                                      f"{consumed + len(buf):,}); question files must be UTF-8") from None  # fmt: skip
             if not chunk:
                 eof = True
                 return False
@@ -98,7 +138,10 @@ def iter_json_array(path: Path) -> Iterator[Any]:
                 try:
                     value, end = decoder.raw_decode(buf, pos)
                 except json.JSONDecodeError as exc:
-                    if len(buf) - pos > _MAX_ELEMENT or not fill():
+                    if len(buf) - pos > max_bytes:
+                        raise JsonFormatError(f"{path}: element {index} at offset {start}: record longer than "
+                                              f"{max_bytes:,} characters, the import limit (--max-record-bytes)") from None  # fmt: skip
+                    if not fill():
                         raise JsonFormatError(
                             f"{path}: element {index} at offset {start}: not valid JSON ({exc.msg})"
                         ) from None
@@ -112,6 +155,9 @@ def iter_json_array(path: Path) -> Iterator[Any]:
                     if tail == len(buf) and fill():
                         continue
                 break
+            if end - pos > max_bytes:
+                raise JsonFormatError(f"{path}: element {index} at offset {start}: record longer than {max_bytes:,} "
+                                      "characters, the import limit (--max-record-bytes)")  # fmt: skip
             pos = end
             yield value
             index += 1

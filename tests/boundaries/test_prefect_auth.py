@@ -53,5 +53,8 @@ def test_with_the_auth_setting_only_the_projects_commands_get_in(tmp_path: Path)
         # A later command, with the setting off in its environment, still gets in.
         listed = odqa(cli_env(tmp_path), "-w", ws, "deployments")
         assert listed.returncode == 0, listed.stderr
+        status = odqa(cli_env(tmp_path), "-w", ws, "server", "status")
+        assert f"auth string: on (the API answers 401 without the secret in {secret})" in status.stdout, status.stdout
+        assert "ODQA_PREFECT_AUTH is off now" in status.stdout and "the server reads it" in status.stdout
     finally:
         reset_server(ws)

@@ -9,12 +9,15 @@ in the cluster the other test sessions on this machine share."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,9 +33,27 @@ from odqa.flows.backend.local_server import (
     running_server,
 )
 from odqa.flows.backend.postgres import PostgresUnavailable, local_cluster
-from tests.ops.test_long_lived_server import cli_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """No Prefect server configured anywhere (the CLI uses the workspace's own), any free port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
+    env.update(PYTHONPATH=str(REPO_ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
+               PREFECT_PROFILES_PATH=str(tmp_path / "no-profiles.toml"), HF_HUB_OFFLINE="1",
+               ODQA_PREFECT_STARTUP_TIMEOUT="300", ODQA_PREFECT_PORT="0")  # fmt: skip
+    for name in ("ODQA_POSTGRES_DIR", "ODQA_POSTGRES_BIN", "ODQA_POSTGRES_USER", "ODQA_PREFECT_BACKEND"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from odqa.flows.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=600)  # fmt: skip
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
@@ -121,3 +142,92 @@ def test_an_idle_background_server_stops_by_itself(tmp_path: Path, quick_watchdo
         assert stopped, "the idle server kept running"
     finally:
         reset_server(ws)
+
+
+@pytest.fixture
+def private_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A PostgreSQL cluster of this test's own ($ODQA_POSTGRES_DIR), stopped and deleted after."""
+    try:
+        local_cluster()
+    except PostgresUnavailable as why:
+        pytest.skip(f"no PostgreSQL here: {why}")
+    parent = Path(tempfile.mkdtemp(prefix="odqa-pg-test-"))
+    parent.chmod(0o755)  # as root, the cluster's owner (the postgres user) must reach it
+    root = parent / "pg"
+    monkeypatch.setenv("ODQA_POSTGRES_DIR", str(root))
+    try:
+        yield root
+    finally:
+        with contextlib.suppress(PostgresUnavailable, RuntimeError):
+            local_cluster(root).stop()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_killed_postmaster_is_restarted_by_the_next_verb(tmp_path: Path, private_cluster: Path) -> None:
+    ws, env = tmp_path / "ws", {**cli_env(tmp_path), "ODQA_POSTGRES_DIR": str(private_cluster)}
+    passages = tmp_path / "p.tsv"
+    passages.write_text("id\ttext\ttitle\n1\tZorbania is landlocked; its river is the Quellor.\tZorbania\n",
+                        encoding="utf-8")  # fmt: skip
+    questions = tmp_path / "toy.qa.csv"
+    questions.write_text('What is the river of Zorbania?\t["Quellor"]\n', encoding="utf-8")
+    try:
+        first = odqa(env, "-w", ws, "import", "passages", "--format", "dpr-tsv", passages)
+        assert first.returncode == 0, first.stderr
+        record = read_record(ws)
+        assert (
+            record is not None
+            and record.backend == "postgresql"
+            and record.cluster_root == str(private_cluster)
+        )
+        cluster = local_cluster(private_cluster)
+        postmaster = cluster.server_pid()
+        assert postmaster is not None
+        assert cluster.workspaces()[record.database] == ws.resolve()
+        status = odqa(env, "-w", ws, "server", "status")
+        assert "up (postmaster pid" in status.stdout and "the server reads it" in status.stdout, status.stdout
+        assert "auth string: off (any user of this machine can call the API" in status.stdout
+
+        refused = subprocess.run([sys.executable, "-m", "odqa.flows.backend", "postgres", "stop"], env=env,
+                                 capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)  # fmt: skip
+        assert refused.returncode == 1 and f"workspace {ws.resolve()}" in refused.stderr and cluster.running()
+
+        os.kill(postmaster, signal.SIGKILL)
+        assert wait_for(lambda: not cluster.running(), 10)
+        status = odqa(env, "-w", ws, "server", "status")
+        assert "DOWN" in status.stdout, status.stdout
+
+        second = odqa(env, "-w", ws, "import", "questions", "--format", "dpr-qas", "--dataset", "toy", "--split",
+                      "dev", questions)  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert "had stopped under this workspace's Prefect server; started it again" in second.stderr
+        assert cluster.server_pid() not in (None, postmaster)
+        status = odqa(env, "-w", ws, "server", "status")
+        assert "up (postmaster pid" in status.stdout and "the server reads it" in status.stdout, status.stdout
+    finally:
+        reset_server(ws)
+
+
+def test_a_killed_postmaster_left_unreaped_does_not_block_the_restart(private_cluster: Path) -> None:
+    """Where the killed postmaster's parent never reaps it (a container whose init does not), its
+    zombie keeps the pid in postmaster.pid alive for PostgreSQL; the restart must clear it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0  # orphans become this process's children
+    cluster = local_cluster(private_cluster)
+    cluster.ensure_running()
+    postmaster = cluster.server_pid()
+    assert postmaster is not None
+    restarted = None
+    try:
+        os.kill(postmaster, signal.SIGKILL)
+        assert wait_for(lambda: Path(f"/proc/{postmaster}/stat").read_text().split(") ")[1][0] == "Z", 10)
+        assert cluster.ensure_running() is True
+        restarted = cluster.server_pid()
+        assert restarted not in (None, postmaster)
+        assert cluster.psql("SELECT 1") == "1"
+    finally:
+        with contextlib.suppress(PostgresUnavailable):
+            cluster.stop()
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        for child in (postmaster, restarted):  # reap both: this process adopted them
+            with contextlib.suppress(ChildProcessError, TypeError):
+                os.waitpid(child, 0)
