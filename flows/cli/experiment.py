@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
+from ...models.config import CHECKPOINT_ARCHS
 from .groups import main, workspace_arg
-from .recipe import RECIPE_ARCHS, echo_scores, recipe_arguments, recipe_options
+from .recipe import echo_scores, recipe_arguments, recipe_options
 
 ALPHA_HELP = "Significance level after Bonferroni correction."
 
@@ -20,9 +21,9 @@ def experiment_group() -> None:
 
 def _archs(value: str) -> list[str]:
     archs = [a.strip() for a in value.split(",") if a.strip()]
-    unknown = sorted(set(archs) - set(RECIPE_ARCHS))
+    unknown = sorted(set(archs) - set(CHECKPOINT_ARCHS))
     if unknown or not archs:
-        raise click.BadParameter(f"unknown arch(s) {unknown}; choose from {', '.join(RECIPE_ARCHS)}")
+        raise click.BadParameter(f"unknown arch(s) {unknown}; choose from {', '.join(CHECKPOINT_ARCHS)}")
     return archs
 
 
