@@ -203,7 +203,7 @@ def taser_experiment_flow(
     budget: Budget,
     name: str = "taser",
     rounds: int = 2,
-    routing: str = "det",
+    routing: Routing = "det",
     holdout: float = 0.1,
     ks: list[int] | None = None,
     alpha: float = 0.05,

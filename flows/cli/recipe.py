@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings, TrainSettings
 from .groups import main, parse_cutoffs, workspace_arg
 from .settings_options import settings_from, settings_options
@@ -62,7 +63,7 @@ def echo_scores(rows: list[dict[str, Any]]) -> None:
 
 
 @main.command("train-rounds")
-@settings_options(RetrieverSettings, defaults={"arch": "taser"}, exclude=["base"])
+@settings_options(RetrieverSettings, defaults={"arch": "taser"}, exclude=["base"], choices={"arch": CHECKPOINT_ARCHS})
 @click.option("--model-id", required=True, help="Name of the recipe; round r's model is MODEL_ID-round<r>.")
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Trainings in all: round 1 on BM25 negatives, each later one on negatives mined by the previous.")

@@ -46,15 +46,16 @@ def _bound(info: FieldInfo, kind: type) -> Any | None:
     return click.FloatRange(**limits)
 
 
-def field_option(name: str, info: FieldInfo, default: Any, required: bool) -> Callable[[F], F]:
-    """One click option for the settings field `name`."""
+def field_option(name: str, info: FieldInfo, default: Any, required: bool,
+                 choices: Iterable[str] | None = None) -> Callable[[F], F]:  # fmt: skip
+    """One click option for the settings field `name` (a choice among `choices` where given)."""
     flag = next((m.flag for m in info.metadata if isinstance(m, Cli)), f"--{name.replace('_', '-')}")
     kind = _unwrap_optional(info.annotation)
     keywords: dict[str, Any] = {"help": info.description, "default": default, "required": required}
     if kind is bool:
         return click.option(flag, name, is_flag=True, **keywords)
     if get_origin(kind) is Literal:
-        keywords["type"] = click.Choice(list(get_args(kind)))
+        keywords["type"] = click.Choice(list(choices or get_args(kind)))
     elif get_origin(kind) is list:
         (item,) = get_args(kind)
         count = next(m.max_length for m in info.metadata if isinstance(m, MaxLen))
@@ -67,18 +68,19 @@ def field_option(name: str, info: FieldInfo, default: Any, required: bool) -> Ca
 
 def settings_options(model: type[BaseModel], *, defaults: dict[str, Any] | None = None,
                      optional: Iterable[str] = (), only: Iterable[str] | None = None,
-                     exclude: Iterable[str] = ()) -> Callable[[F], F]:  # fmt: skip
+                     exclude: Iterable[str] = (), choices: dict[str, Iterable[str]] | None = None,
+                     ) -> Callable[[F], F]:  # fmt: skip
     """Add an option per field of `model` (or of its fields named in `only`, less `exclude`):
     its default, or `defaults`' for this verb; required where the model requires it, unless
-    named in `optional`."""
-    defaults, optional, left_out = defaults or {}, set(optional), set(exclude)
+    named in `optional`; a choice field offers only `choices`' values where it names the field."""
+    defaults, optional, left_out, choices = defaults or {}, set(optional), set(exclude), choices or {}
     fields = [(n, i) for n, i in model.model_fields.items() if (only is None or n in only) and n not in left_out]
 
     def decorate(command: F) -> F:
         for name, info in reversed(fields):
             default = defaults.get(name, None if info.is_required() else info.get_default(call_default_factory=True))
             required = info.is_required() and name not in defaults and name not in optional
-            command = field_option(name, info, default, required)(command)
+            command = field_option(name, info, default, required, choices.get(name))(command)
         return command
 
     return decorate
