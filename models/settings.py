@@ -116,8 +116,8 @@ class TrainSettings(Settings):
                                   "batch (two questions on one paragraph, a hard negative that is another "
                                   "question's positive) is not counted as its negative")  # fmt: skip
     layer_decay: float | None = Field(default=None, gt=0, le=1, description="Layer-wise learning-rate decay D "
-                                      "(TASER's reference configs: 0.8): block i of L trains at lr*D^(L+1-i), the "
-                                      "embeddings at lr*D^(L+2); empty: none (as the papers)")  # fmt: skip
+                                      "(TASER's reference configs: 0.8): block i of L trains at lr times D^(L+1-i), "
+                                      "the embeddings at lr times D^(L+2); empty: none (as the papers)")  # fmt: skip
     loss_weights: list[float] | None = Field(default=None, min_length=2, max_length=2, description="Weights of the "
                                              "similarity loss and of the model's auxiliary loss (DESIRE-ME's gate "
                                              "BCE, TASER's entropy term); empty: 1 and 1. DESIRE-ME's reference "
