@@ -25,6 +25,9 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
+from ..models.config import Routing
+from ..models.settings import RetrieverSettings, TrainSettings
+from ..pipelines.dense.mining import TrainingMode
 from ..pipelines.evaluation.experiment_table import (
     SIGNIFICANT_MARK,
     Comparison,
@@ -78,9 +81,12 @@ def _label(arch: str) -> str:
     return LABELS.get(arch, arch.upper())
 
 
-def _recipe(ws: Workspace, name: str, arch: str, settings: dict[str, Any], **recipe: Any) -> RecipeReport:
-    return train_rounds_flow(arch=arch, model_id=experiment_model(name, arch), workspace=str(ws.root),
-                             **settings, **recipe)  # fmt: skip
+def _recipe(ws: Workspace, name: str, arch: str, settings: dict[str, Any], routing: Routing = "det",
+            **recipe: Any) -> RecipeReport:  # fmt: skip
+    """The recipe of one architecture, trained from the experiment's base with its settings."""
+    shared = {k: v for k, v in settings.items() if k != "base"}
+    return train_rounds_flow(retriever=RetrieverSettings(arch=arch, base=settings["base"], routing=routing),
+                             model_id=experiment_model(name, arch), workspace=str(ws.root), **shared, **recipe)  # fmt: skip
 
 
 def _dense_entries(report: RecipeReport, label: str, retriever: str = "dense") -> dict[tuple[str, str], Entry]:
@@ -124,20 +130,10 @@ def _compare(ws: Workspace, name: str, title: str, reference: str, entries: dict
 class Budget(BaseModel):
     """How every retriever of an experiment is trained: the same for all of them (a form in the UI)."""
 
-    max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps per training (or epochs)")
-    epochs: int | None = Field(default=None, ge=1, description="Epochs per training (or max_steps)")
-    batch_size: int = Field(default=16, ge=1, description="Questions per batch")
-    lr: float = Field(default=2e-5, gt=0, description="Peak learning rate (AdamW)")
-    hard_negatives: int = Field(default=1, ge=0, description="Hard negatives per question in a batch")
-    amp: str = Field(default="auto", description="Mixed precision: auto, bf16, fp16 or none")
-    bucket_tokens: int | None = Field(default=None, ge=1, description="Length buckets of at most this many "
-                                      "padded tokens per batch (less padding); empty: one bucket")
-    grad_cache: bool = Field(default=False, description="Cached-gradient steps over the buckets (memory of one "
-                             "bucket whatever the batch size)")
-    mask_duplicates: bool = Field(default=False, description="Another copy of a question's positive in the batch "
-                                  "is not its negative")
-    seed: int = Field(default=0, description="Seed of training (and of the hold-out)")
-    mode: str = Field(default="single-set", description="Rounds after the first: single-set (P1 u P_r) or multi-set")
+    training: TrainSettings = Field(description="How every round trains (models/settings.py); its seed also draws "
+                                    "the hold-out")  # fmt: skip
+    mode: TrainingMode = Field(default="single-set", description="Rounds after the first: single-set (P1 u P_r) or "
+                               "multi-set")  # fmt: skip
     bm25_negatives: int = Field(default=1, ge=1, le=30, description="BM25 hard negatives per question (P1)")
     mine_depth: int = Field(default=100, ge=1, description="Ranking depth mining looks at")
     mine_count: int = Field(default=30, ge=1, description="Mined negatives kept per question")
@@ -146,7 +142,7 @@ class Budget(BaseModel):
 
 def _settings(base: str, train: list[str], evaluate: list[str], ks: list[int], rounds: int,
               budget: Budget) -> dict[str, Any]:  # fmt: skip
-    """The recipe parameters every retriever of an experiment shares."""
+    """The recipe parameters every retriever of an experiment shares (and the experiment's record)."""
     return {"base": base, "train": train, "evaluate": evaluate, "ks": ks, "rounds": rounds, **budget.model_dump()}
 
 
@@ -207,7 +203,7 @@ def taser_experiment_flow(
     budget: Budget,
     name: str = "taser",
     rounds: int = 2,
-    routing: str = "det",
+    routing: Routing = "det",
     holdout: float = 0.1,
     ks: list[int] | None = None,
     alpha: float = 0.05,

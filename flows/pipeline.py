@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 from prefect import flow, task
@@ -40,6 +40,7 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.states import State
 from pydantic import BaseModel, Field
 
+from ..models.settings import Amp
 from ..pipelines.questions.specs import DatasetSpec
 from ..storage import Workspace
 from ..storage.demo_queries import DEMO_QUERIES
@@ -134,7 +135,7 @@ class TrainingSettings(BaseModel):
     mine_depth: int = Field(default=100, ge=1, description="Depth of the retrieval that mining looks at")
     mining_mode: str = Field(default="single-set", description="single-set (P1 u P2) or multi-set (P2 only)")
     gpus: int = Field(default=1, ge=1, description="GPUs per training run (torchrun when > 1)")
-    amp: Literal["auto", "bf16", "fp16", "none"] = Field(
+    amp: Amp = Field(
         default="auto", description="Mixed precision: auto (bf16/fp16 on GPU, fp32 on CPU), bf16 (also on CPU, "
         "about 2x faster on CPUs with bf16 units), fp16 (GPU only) or none")
     seed: int = Field(default=0, description="Training seed")
@@ -378,14 +379,15 @@ def plan_stages(
                              kwargs={"dataset": dataset, "split": split, "count": training.bm25_negatives, **wsarg},
                              writes=["questions"], ledger=[f"negatives-bm25:{dataset}:{split}"]))  # fmt: skip
 
-    common = {"base": training.base, "train": training.train, "dev": training.dev, "max_steps": training.max_steps,
-              "batch_size": training.batch_size, "lr": training.lr, "hard_negatives": training.hard_negatives,
-              "seed": training.seed, "gpus": training.gpus, "amp": training.amp, **wsarg}  # fmt: skip
+    budget = {"max_steps": training.max_steps, "batch_size": training.batch_size, "lr": training.lr,
+              "hard_negatives": training.hard_negatives, "seed": training.seed, "amp": training.amp}  # fmt: skip
+    common = {"train": training.train, "dev": training.dev, "training": budget, "gpus": training.gpus, **wsarg}
     base_files = [training.base] if Path(training.base).exists() else []
 
     def train(model_id: str, arch: str, upstream: list[str]) -> str:
         return add(f"train:{model_id}", "train", upstream, files=base_files,
-                   kwargs={"arch": arch, "model_id": model_id, **common}, writes=["models"],
+                   kwargs={"retriever": {"arch": arch, "base": training.base}, "model_id": model_id, **common},
+                   writes=["models"],
                    ledger=[f"train-{model_id}"])
 
     def index(label: str, model: str, upstream: list[str]) -> str:

@@ -33,6 +33,9 @@ from typing import Any
 import pyarrow as pa
 from prefect import flow, task
 
+from ..models.config import CHECKPOINT_ARCHS
+from ..models.settings import RetrieverSettings, TrainSettings
+from ..pipelines.dense.mining import TrainingMode
 from ..pipelines.evaluation.experiment_table import k_order
 from ..pipelines.evaluation.metrics import DEFAULT_KS
 from ..pipelines.questions.holdout import split_holdout
@@ -65,9 +68,6 @@ from .retrieve import retrieve_flow
 from .runtime import stage_logger
 from .train import train_flow
 from .tune_hybrid import tune_hybrid_flow
-
-MODES = ("single-set", "multi-set")
-
 
 # --- reports ---------------------------------------------------------------------------------
 
@@ -178,7 +178,8 @@ class RecipePlan:
     workspace: Workspace
     model_id: str
     splits: list[TrainingSplit]
-    train_args: dict[str, Any]  # train_flow's parameters, all but model_id/train/workspace
+    retriever: RetrieverSettings
+    training: TrainSettings
     mining: dict[str, Any]  # mode, depth, count, bm25_negatives
     evaluate: list[tuple[str, str]]
     ks: list[int]
@@ -255,7 +256,7 @@ def _run_round(plan: RecipePlan, number: int, stage_fp: str) -> RoundReport:
     negatives = _negatives(plan, source)
     model = round_model(plan.model_id, number)
     trained = train_flow(model_id=model, train=[f"{s.dataset}:{s.fit}:{s.weight:g}" for s in plan.splits],
-                         workspace=plan.root, **plan.train_args)  # fmt: skip
+                         retriever=plan.retriever, training=plan.training, workspace=plan.root)  # fmt: skip
     index_build_flow(model=model, index_type=plan.index_type, workspace=plan.root)
     scores = _evaluate_model(plan, model)
     report = RoundReport(number, model, source, negatives, {f"{s.dataset}:{s.split}": s.recall for s in scores},
@@ -337,26 +338,20 @@ def _finish(plan: RecipePlan, last: RoundReport, hybrid: bool, bm25: bool,
 # --- the flow ----------------------------------------------------------------------------------
 
 
+# Always in the recipe's fingerprint (the settings it offered before an option entered only when
+# set, `Settings.fingerprint_params`).
+FINGERPRINTED = ("arch", "base", "max_steps", "epochs", "batch_size", "lr", "hard_negatives", "routing", "amp", "seed")
+
+
 @flow(name="train-rounds")
 def train_rounds_flow(
-    arch: str,
-    base: str,
+    retriever: RetrieverSettings,
+    training: TrainSettings,
     train: list[str],
     model_id: str,
     evaluate: list[str],
     rounds: int = 2,
-    mode: str = "single-set",
-    max_steps: int | None = None,
-    epochs: int | None = None,
-    batch_size: int = 16,
-    lr: float = 2e-5,
-    hard_negatives: int = 1,
-    routing: str = "det",
-    amp: str = "auto",
-    bucket_tokens: int | None = None,
-    grad_cache: bool = False,
-    mask_duplicates: bool = False,
-    seed: int = 0,
+    mode: TrainingMode = "single-set",
     bm25_negatives: int = 1,
     mine_depth: int = 100,
     mine_count: int = 30,
@@ -374,11 +369,13 @@ def train_rounds_flow(
     tuned on `holdout` of the TRAIN questions (held out from training) and the last model
     evaluated dense, hybrid and (`bm25`) beside BM25. Resumes at the first unfinished round.
 
-    The Args below are also the descriptions of the `train-rounds` deployment's Custom run form.
+    The Args below (and the field descriptions of the settings, models/settings.py) are also
+    the descriptions of the `train-rounds` deployment's Custom run form.
 
     Args:
-        arch: Retriever architecture: dpr, ade, sde, ade-ste, ade-fte, ade-spl, taser or taser-shared.
-        base: Starting checkpoint of every round: a Hugging Face name, a folder or a model id.
+        retriever: What every round trains (arch: one trained from a checkpoint, not desire-me or
+            rnd-g) and from which checkpoint (a Hugging Face name, a folder or a model id).
+        training: How every round trains (its seed also draws the hold-out).
         train: Training question sets as NAME:SPLIT[:WEIGHT], e.g. trex:train.
         model_id: Name of the recipe; round r's model is registered as MODEL_ID-round<r>.
         evaluate: Question sets NAME:SPLIT every round's model is evaluated on (never trained or
@@ -386,17 +383,6 @@ def train_rounds_flow(
         rounds: Trainings in all: round 1 on BM25 negatives, each later one on negatives mined by
             the previous round's model.
         mode: Rounds after the first train on P1 u P_r (single-set) or on P_r alone (multi-set).
-        max_steps: Optimizer steps per training; give this or epochs, not both.
-        epochs: Epochs per training, instead of max_steps.
-        batch_size: Questions per batch.
-        lr: Peak learning rate (AdamW, linear warmup and decay).
-        hard_negatives: Hard negative passages per question in a batch.
-        routing: TASER expert routing: det, seq or tok.
-        amp: Mixed precision: auto, bf16, fp16 (GPU only) or none, as for the train deployment.
-        bucket_tokens: Length buckets of at most this many padded tokens per batch; empty: one bucket.
-        grad_cache: Cached-gradient steps over the buckets (the memory of one bucket).
-        mask_duplicates: Another copy of a question's positive in the batch is not its negative.
-        seed: Seed of training and of the hold-out.
         bm25_negatives: BM25 hard negatives kept per question for round 1 (P1).
         mine_depth: Passages of the previous model's ranking that mining looks at.
         mine_count: Mined negatives kept per question.
@@ -414,13 +400,9 @@ def train_rounds_flow(
     ws = Workspace.resolve(workspace)
     specs = [DatasetSpec.parse(s) for s in train]
     evaluated = [(spec.dataset, spec.split) for spec in (DatasetSpec.parse(s, with_weight=False) for s in evaluate)]
-    _check(rounds, mode, specs, evaluated, holdout, hybrid, model_id, max_steps, epochs)
-    train_args = {"arch": arch, "base": base, "max_steps": max_steps, "epochs": epochs, "batch_size": batch_size,
-                  "lr": lr, "hard_negatives": hard_negatives, "routing": routing, "amp": amp, "seed": seed,
-                  # The trainer's speed options enter only when set, as in `odqa train`.
-                  **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
-                  **({"grad_cache": True} if grad_cache else {}),
-                  **({"mask_duplicates": True} if mask_duplicates else {})}  # fmt: skip
+    _check(rounds, retriever.arch, specs, evaluated, holdout, hybrid, model_id)
+    base, seed = retriever.base, training.seed
+    train_args = {**retriever.fingerprint_params(FINGERPRINTED), **training.fingerprint_params(FINGERPRINTED)}
     mining = {"mode": mode, "depth": mine_depth, "count": mine_count, "bm25_negatives": bm25_negatives}
     sources = [questions_fingerprint(ws, s.dataset, s.split, SCHEMAS["questions"].names) for s in specs]
     # Everything a round's model depends on; a change gives fresh copies and fresh rounds.
@@ -429,7 +411,7 @@ def train_rounds_flow(
                           ws.table_version("passages"))  # fmt: skip
     splits = [derive_splits_task(str(ws.root), model_id, base_fp[:8], s.dataset, s.split, s.weight, holdout, seed)
               for s in specs]  # fmt: skip
-    plan = RecipePlan(ws, model_id, splits, train_args, mining, evaluated, sorted(set(ks or DEFAULT_KS)), k,
+    plan = RecipePlan(ws, model_id, splits, retriever, training, mining, evaluated, sorted(set(ks or DEFAULT_KS)), k,
                       index_type, base_fp)  # fmt: skip
     reports: list[RoundReport] = []
     for number in range(1, rounds + 1):
@@ -442,23 +424,22 @@ def train_rounds_flow(
         reports.append(report)
         tell("%s", round_line(report, rounds))
     alpha, tuned_on, final = _finish(plan, reports[-1], hybrid, bm25, tune_k)
-    result = RecipeReport(reports[-1].model_id, arch, reports[-1].parameters, splits, reports, alpha, tuned_on, final)
+    result = RecipeReport(reports[-1].model_id, retriever.arch, reports[-1].parameters, splits, reports, alpha, tuned_on, final)
     log.info("train-rounds %s: %s", model_id, asdict(result))
     return result
 
 
-def _check(rounds: int, mode: str, specs: list[DatasetSpec], evaluated: list[tuple[str, str]],
-           holdout: float, hybrid: bool, model_id: str, max_steps: int | None, epochs: int | None) -> None:  # fmt: skip
+def _check(rounds: int, arch: str, specs: list[DatasetSpec], evaluated: list[tuple[str, str]],
+           holdout: float, hybrid: bool, model_id: str) -> None:  # fmt: skip
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if arch not in CHECKPOINT_ARCHS:
+        raise ValueError(f"the recipe trains {arch!r} from a checkpoint in every round, which only "
+                         f"{', '.join(CHECKPOINT_ARCHS)} do (train {arch} on a recipe's model with odqa train)")
     if not specs:
         raise ValueError("give at least one training set NAME:SPLIT[:WEIGHT]")
     if not evaluated:
         raise ValueError("give at least one evaluation set NAME:SPLIT")
-    if (max_steps is None) == (epochs is None):
-        raise ValueError("give exactly one of max_steps or epochs")
     check_model_id(model_id)
     overlap = sorted({f"{s.dataset}:{s.split}" for s in specs} & {f"{n}:{s}" for n, s in evaluated})
     if overlap:

@@ -34,13 +34,14 @@ from typing import Any, ClassVar
 
 from prefect import flow, task
 
-from ..models.config import ARCHS, DESIRE_ME_ARCHS
+from ..models.config import DESIRE_ME_ARCHS
 from ..models.data import examples_from_tables, read_examples, referenced_passage_ids, write_examples
 from ..models.desire_me_targets import check_gate_targets, with_gate_targets
 from ..models.dev_eval import dev_pool
-from ..models.job import TrainingJob, TrainSet, run_job
-from ..models.resume import resume_decision
-from ..models.trainer import changed_auto_precision
+from ..models.job import TrainingJob, TrainSet, read_result, run_job
+from ..models.resume import ResumeMode, resume_decision
+from ..models.settings import RetrieverSettings, TrainSettings
+from ..models.trainer import TrainingConfig, TrainResult, changed_auto_precision
 from ..models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
 from ..pipelines.questions.specs import DatasetSpec
 from ..storage import Workspace
@@ -212,9 +213,10 @@ def describe_devices(gpus: int) -> str | None:
 
 @task(name="train-retriever")
 def train_task(job_file: str, gpus: int, nodes: int = 1, node_rank: int = 0,
-               rdzv_endpoint: str | None = None) -> dict[str, Any]:  # fmt: skip
+               rdzv_endpoint: str | None = None) -> TrainResult | None:  # fmt: skip
     """Train in this process, or under torchrun (several GPUs or machines), holding one of this
-    machine's `gpu` slots; returns the result rank 0 wrote."""
+    machine's `gpu` slots; returns the result rank 0 wrote (None on a joining node whose node 0
+    registered the model already)."""
     job = TrainingJob.read(Path(job_file))
     launch = Launch(gpus, nodes, node_rank, rdzv_endpoint)
     with gpu_slot(f"train {Path(job_file).parent.name}"):
@@ -225,109 +227,61 @@ def train_task(job_file: str, gpus: int, nodes: int = 1, node_rank: int = 0,
             run_job(job)
     result = Path(job.result_path)
     if node_rank > 0 and not result.is_file():
-        return {}  # node 0 registered the model and cleared the training folder already
-    return json.loads(result.read_text(encoding="utf-8"))
+        return None  # node 0 registered the model and cleared the training folder already
+    return read_result(result)
+
+
+# Always in a training's fingerprint: the settings models had before an option entered it only
+# when set (`Settings.fingerprint_params`); with `train`, `dev` and `gpus`.
+FINGERPRINTED = ("arch", "base", "routing", "pooling", "freeze", "num_experts", "max_steps", "epochs", "batch_size",
+                 "lr", "hard_negatives", "seed", "accumulation_steps", "eval_every", "objective", "temperature",
+                 "warmup_steps")  # fmt: skip
+
+
+def train_params(retriever: RetrieverSettings, training: TrainSettings, train: list[str], dev: str | None,
+                 gpus: int) -> dict[str, Any]:  # fmt: skip
+    """What a training's stage fingerprint (and its checkpoint's run file) holds of its settings.
+
+    An `amp` of "auto" that now gives another precision than it did when models were first
+    trained (bf16 on CPUs with bf16 units) enters as `precision`, so those models train again."""
+    precision = changed_auto_precision(training.amp)
+    return {**retriever.fingerprint_params(FINGERPRINTED), **training.fingerprint_params(FINGERPRINTED),
+            "train": train, "dev": dev, "gpus": gpus, **({"precision": precision} if precision else {})}  # fmt: skip
 
 
 @flow(name="train")
 def train_flow(
-    arch: str,
-    base: str,
-    train: list[str],
     model_id: str,
+    train: list[str],
+    retriever: RetrieverSettings,
+    training: TrainSettings,
     dev: str | None = None,
-    max_steps: int | None = None,
-    epochs: int | None = None,
-    batch_size: int = 16,
-    lr: float = 2e-5,
-    hard_negatives: int = 1,
-    routing: str = "det",
-    pooling: str | None = None,
-    passage_input: str = "pair",
-    seed: int = 0,
-    resume: bool | None = None,
+    resume: ResumeMode = "auto",
     workspace: str | None = None,
     gpus: int = 1,
-    accumulation_steps: int = 1,
-    eval_every: int | None = None,
-    objective: str = "contrastive",
-    temperature: float | None = None,
-    freeze: str | None = None,
-    num_experts: int | None = None,
-    warmup_steps: int | None = None,
-    amp: str = "auto",
-    checkpoint_minutes: float | None = 10.0,
-    threads: int | None = None,
-    bucket_tokens: int | None = None,
-    grad_cache: bool = False,
-    mask_duplicates: bool = False,
-    layer_decay: float | None = None,
-    loss_weights: list[float] | None = None,
-    gate_targets: str = "question",
-    snapshot_every: int | None = None,
-    snapshot_dir: str | None = None,
     nodes: int = 1,
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
 ) -> TrainReport:
-    """Train ARCH from BASE on TRAIN sets (NAME:SPLIT[:WEIGHT]); register it as MODEL_ID.
+    """Train a retriever (RETRIEVER: arch, base, layout) on TRAIN sets (NAME:SPLIT[:WEIGHT]) as
+    TRAINING says; register it as MODEL_ID.
 
-    The Args below are also the descriptions of the `train/train` deployment's Custom run form.
+    The Args below (and the field descriptions of the settings, models/settings.py) are also
+    the descriptions of the `train/train` deployment's Custom run form.
 
     Args:
-        arch: Retriever architecture: dpr, ade, sde, ade-ste, ade-fte, ade-spl, taser, taser-shared,
-            desire-me or rnd-g.
-        base: Starting checkpoint: a Hugging Face name, a folder, or (desire-me, rnd-g) a model id
-            registered in this workspace.
+        model_id: Name of the trained model: its folder under models/ and its `models` row.
         train: Training question sets as NAME:SPLIT[:WEIGHT], e.g. trex:train; WEIGHT scales how often
             a set is drawn per epoch.
-        model_id: Name of the trained model: its folder under models/ and its `models` row.
+        retriever: What is trained: architecture, starting checkpoint and layout options.
+        training: How it is trained: budget, batches, loss, precision and speed.
         dev: Dev questions NAME:SPLIT for R@K model selection; empty: no dev evaluation.
-        max_steps: Optimizer steps; give this or epochs, not both.
-        epochs: Epochs over the training sets, instead of max_steps.
-        batch_size: Questions per device and step.
-        lr: Peak learning rate (AdamW, linear warmup and decay).
-        hard_negatives: Hard negative passages per question.
-        routing: TASER expert routing: det (deterministic), seq (per sequence) or tok (per token).
-        pooling: cls or mean; empty: the checkpoint's sentence-transformers setting, else cls.
-        passage_input: pair (title, text), as DPR; or joined-lowercase, one lowercased "title text"
-            string, as DESIRE-ME's reference code.
-        seed: Random seed of sampling and initialisation.
-        resume: None (the default): continue from a checkpoint written for the same parameters
-            and data (after a kill, or when Prefect retries the run), else start over and say
-            why; true: must continue; false: start over.
+        resume: auto: continue from a checkpoint written for the same parameters and data (after a
+            kill, or when Prefect retries the run), else start over and say why; continue: must
+            continue; restart: start over.
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker (`./run server` sets it to
             its workspace), else ./workspace.
         gpus: GPUs to train on; more than 1 runs torchrun (DDP).
-        accumulation_steps: Gradient accumulation micro-batches per optimizer step.
-        eval_every: Dev evaluation interval in steps; empty: at the end only.
-        objective: Training loss: contrastive, stopgrad or flipped (thesis 5.1 variants).
-        temperature: Softmax temperature; empty: 1 for dot product, 0.05 for cosine.
-        freeze: Freeze one tower of a two-tower model: question or passage (thesis fixQ / fixP);
-            empty: train both.
-        num_experts: TASER experts per specialized block; empty: 2.
-        warmup_steps: Learning-rate warmup steps; empty: 10% of the steps.
-        amp: Mixed precision: auto (bf16/fp16 autocast on GPU, bf16 on CPUs with bf16 matrix units,
-            about 2x faster per step, else full precision), bf16, fp16 (GPU only) or none.
-        checkpoint_minutes: Wall time between resumable checkpoints (one is also written at the end);
-            empty: only at the end.
-        threads: Torch threads for training; empty: torch's default (one per core).
-        bucket_tokens: Encode each micro-batch in length-sorted buckets of at most this many padded
-            tokens (less padding); empty: one bucket.
-        grad_cache: Cached-gradient (GradCache) steps over the buckets: the memory of one bucket
-            whatever the batch size; needs bucket_tokens.
-        mask_duplicates: Another copy of a question's positive passage in the batch is not counted
-            as its negative.
-        layer_decay: Layer-wise learning-rate decay D (TASER's reference configs: 0.8): block i of L
-            trains at lr times D^(L+1-i), the embeddings at lr times D^(L+2); empty: none (as the papers).
-        loss_weights: Weights of the similarity loss and of the model's auxiliary loss (DESIRE-ME's
-            gate BCE, TASER's entropy term); empty: 1 and 1. DESIRE-ME's reference code: 0.5, 0.5.
-        gate_targets: What DESIRE-ME's gate learns: question (its positives' domains, the paper) or
-            positive (the domains of the positive passage it trains on, the reference code).
-        snapshot_every: Keep a copy of the model every this many steps, with the wall and CPU time
-            spent to reach it (quality-vs-cost curves); empty: none.
-        snapshot_dir: Where snapshots go; empty: inside the training folder, removed once the
-            model is registered.
         nodes: Machines training together (DDP across them, `gpus` processes on each); every one
             runs this same command with its own node_rank, on a workspace they share (same path).
         node_rank: This machine's number, 0..nodes-1; node 0 hosts the rendezvous, prepares the
@@ -337,42 +291,21 @@ def train_flow(
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
     if not train:
         raise ValueError("give at least one --train NAME:SPLIT[:WEIGHT]")
-    if (max_steps is None) == (epochs is None):
-        raise ValueError("give exactly one of --max-steps or --epochs")
     check_model_id(model_id)
-    check_gate_targets(arch, gate_targets)
+    check_gate_targets(retriever.arch, training.gate_targets)
     launch = Launch(gpus, nodes, node_rank, rdzv_endpoint)
     if devices := describe_devices(gpus):
         tell("%s", devices)
+    arch, base = retriever.arch, retriever.base
     specs = [DatasetSpec.parse(s) for s in train]
     dev_spec = DatasetSpec.parse(dev, with_weight=False) if dev else None
     base_path = resolve_model(ws, base).path
-    params = {
-        "arch": arch, "base": base, "train": train, "dev": dev, "max_steps": max_steps, "epochs": epochs,
-        "batch_size": batch_size, "lr": lr, "hard_negatives": hard_negatives, "routing": routing, "pooling": pooling,
-        "seed": seed, "gpus": gpus, "accumulation_steps": accumulation_steps, "eval_every": eval_every,
-        "objective": objective, "temperature": temperature, "freeze": freeze, "num_experts": num_experts,
-        "warmup_steps": warmup_steps,
-        # Only a non-default amp enters the fingerprint, so models trained before the option
-        # existed (always the default) stay current; likewise the options below, which enter
-        # it only where they change what the trainer computes.
-        **({"amp": amp} if amp != "auto" else {}),
-        **({"precision": precision} if (precision := changed_auto_precision(amp)) else {}),
-        **({"bucket_tokens": bucket_tokens} if bucket_tokens else {}),
-        **({"grad_cache": True} if grad_cache else {}),
-        **({"mask_duplicates": True} if mask_duplicates else {}),
-        **({"layer_decay": layer_decay} if layer_decay is not None else {}),
-        **({"loss_weights": loss_weights} if loss_weights else {}),
-        **({"passage_input": passage_input} if passage_input != "pair" else {}),
-        **({"gate_targets": gate_targets} if gate_targets != "question" else {}),
-    }  # fmt: skip
-    if hard_negatives > 0:
+    params = train_params(retriever, training, train, dev, gpus)
+    if training.hard_negatives > 0:
         for spec in specs:
-            ensure_hard_negatives(ws, spec, hard_negatives)
+            ensure_hard_negatives(ws, spec, training.hard_negatives)
     stage = f"{STAGE_PREFIX}-{model_id}"
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
                            ws.table_version("passages"))  # fmt: skip
@@ -394,32 +327,23 @@ def train_flow(
         for spec in specs:
             path = training_examples_file(ws, model_id, "train", spec.dataset, spec.split)
             loaded[spec.name] = asdict(load_examples_task(str(ws.root), spec.dataset, spec.split, str(path),
-                                                          hard_negatives, gate_targets))  # fmt: skip
+                                                          training.hard_negatives, training.gate_targets))  # fmt: skip
             train_sets.append(TrainSet(name=spec.name, path=str(path), weight=spec.weight))
         dev_path = None
         if dev_spec:
             dev_path = str(training_examples_file(ws, model_id, "dev", dev_spec.dataset, dev_spec.split))
             loaded[dev_spec.name] = asdict(load_examples_task(str(ws.root), dev_spec.dataset, dev_spec.split, dev_path))
 
-        model_options: dict[str, Any] = {"pooling": pooling, "freeze": freeze, "passage_input": passage_input}
-        if arch in ("taser", "taser-shared"):
-            model_options.update(routing=routing, num_experts=num_experts)
+        domains = None
         if arch in DESIRE_ME_ARCHS:
             domains = sorted({d for s in train_sets for e in read_examples(Path(s.path)) for d in e.domains})
             if not domains:
                 raise ValueError(f"{arch} needs domain labels on the training questions; run `odqa label domains` first")
-            model_options = {"pooling": pooling, "domains": domains, "passage_input": passage_input}
-        training = {
-            "output_dir": str(work), "batch_size": batch_size, "hard_negatives": hard_negatives, "learning_rate": lr,
-            "max_steps": max_steps, "epochs": epochs, "accumulation_steps": accumulation_steps, "seed": seed,
-            "eval_every": eval_every, "objective": objective, "temperature": temperature, "warmup_steps": warmup_steps,
-            "amp": amp, "checkpoint_minutes": checkpoint_minutes, "threads": threads, "bucket_tokens": bucket_tokens,
-            "grad_cache": grad_cache, "mask_duplicates": mask_duplicates, "snapshot_every": snapshot_every, "layer_decay": layer_decay,
-            "loss_weights": loss_weights,
-            "snapshot_dir": str(Path(snapshot_dir).resolve()) if snapshot_dir else None,
-        }  # fmt: skip
-        job = TrainingJob(arch=arch, base=base_path, training=training, train_sets=train_sets, dev_path=dev_path,
-                          model_options=model_options, resume=resuming, result_path=str(work / "result.json"))  # fmt: skip
+        snapshots = str(Path(training.snapshot_dir).resolve()) if training.snapshot_dir else None
+        config = TrainingConfig(**{**training.model_dump(), "snapshot_dir": snapshots}, output_dir=str(work))
+        job = TrainingJob(arch=arch, base=base_path, training=config, train_sets=train_sets, dev_path=dev_path,
+                          model_options=retriever.model_options(domains), resume=resuming,
+                          result_path=str(work / "result.json"))  # fmt: skip
         job_file = work / "job.json"
         job.write(job_file)
         if launch.nodes > 1:
@@ -428,30 +352,33 @@ def train_flow(
             result = train_task(str(job_file), gpus, nodes, node_rank, rdzv_endpoint)
 
         trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
-        config = {
-            "retriever": result["retriever_config"], "training": training | {"gpus": gpus, "nodes": nodes},
+        stored = {
+            "retriever": result.retriever_config,
+            "training": config.model_dump(include=set(TrainSettings.model_fields) | {"output_dir"})
+            | {"gpus": gpus, "nodes": nodes},
             "train_sets": [asdict(s) | {"path": None} for s in train_sets], "data": loaded,
-            "dev": {"dataset": dev, "best_step": result["best_step"], "metrics": result["best_metrics"],
-                    "history": result["dev_history"]},
-            "steps": result["steps"], "final_loss": result["final_loss"],
-            "trainable_parameters": result["trainable_parameters"],
-            "elapsed_s": result.get("elapsed_s"),  # training loop wall time (all sessions)
-            "cpu_s": result.get("cpu_s"),  # training process CPU time, user + system (all sessions)
+            "dev": {"dataset": dev, "best_step": result.best_step, "metrics": result.best_metrics,
+                    "history": result.dev_history},
+            "steps": result.steps, "final_loss": result.final_loss,
+            "trainable_parameters": result.trainable_parameters,
+            "elapsed_s": result.elapsed_s,  # training loop wall time (all sessions)
+            "cpu_s": result.cpu_s,  # training process CPU time, user + system (all sessions)
         }  # fmt: skip
-        row = {"arch": arch, "parameters": result["parameters"], "base": base, "trained_on": trained_on,
-               "config": json.dumps(config, sort_keys=True, default=str)}  # fmt: skip
-        report = TrainReport(model_id=model_id, arch=arch, parameters=result["parameters"],
-                             path=str(model_dir(ws, model_id)), base=base, trained_on=trained_on, steps=result["steps"],
-                             final_loss=round(result["final_loss"], 4), dev_metrics=dict(result["best_metrics"]),
+        row = {"arch": arch, "parameters": result.parameters, "base": base, "trained_on": trained_on,
+               "config": json.dumps(stored, sort_keys=True, default=str)}  # fmt: skip
+        report = TrainReport(model_id=model_id, arch=arch, parameters=result.parameters,
+                             path=str(model_dir(ws, model_id)), base=base, trained_on=trained_on, steps=result.steps,
+                             final_loss=round(result.final_loss, 4), dev_metrics=dict(result.best_metrics),
                              dev_pool=dev_pool_text(dev_path, dev) if dev_path and dev else None,
-                             hard_negatives=hard_negatives_text(hard_negatives, [loaded[s.name] for s in specs]),
+                             hard_negatives=hard_negatives_text(training.hard_negatives,
+                                                                [loaded[s.name] for s in specs]),
                              resumed=message if resuming else None)  # fmt: skip
-        register_model(ws, model_id, Path(result["model_dir"]), row, stage=stage, stage_fingerprint=stage_fp,
-                       curve=result.get("log", []), leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip
+        register_model(ws, model_id, result.model_dir, row, stage=stage, stage_fingerprint=stage_fp,
+                       curve=result.log, leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip
         shutil.rmtree(work, ignore_errors=True)
-        publish_training(model_id, dev, {"step": result["best_step"], "metrics": result["best_metrics"]},
-                         result.get("log", []), result["dev_history"])  # fmt: skip
-        log.info("trained %s (%s, %d parameters)", model_id, arch, result["parameters"])
+        publish_training(model_id, dev, {"step": result.best_step, "metrics": result.best_metrics},
+                         result.log, result.dev_history)  # fmt: skip
+        log.info("trained %s (%s, %d parameters)", model_id, arch, result.parameters)
         return report
 
 
@@ -474,7 +401,6 @@ def _join_training(work: Path, stage_fp: str, launch: Launch, report: TrainRepor
         time.sleep(JOIN_POLL_S)
     with flow_run_logs():
         result = train_task(str(work / "job.json"), launch.gpus, launch.nodes, launch.node_rank, launch.rdzv_endpoint)
-    if result:
-        report.steps, report.final_loss = result["steps"], round(result["final_loss"], 4)
-        report.parameters = result["parameters"]
+    if result is not None:
+        report.steps, report.final_loss, report.parameters = result.steps, round(result.final_loss, 4), result.parameters
     return report

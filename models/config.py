@@ -13,23 +13,34 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 FORMAT = "odqa-retriever"
 FORMAT_VERSION = 1
 
-BI_ENCODER_ARCHS = ("dpr", "ade", "sde", "ade-ste", "ade-fte", "ade-spl")
-TASER_ARCHS = ("taser", "taser-shared")
-DESIRE_ME_ARCHS = ("desire-me", "rnd-g")
-ARCHS = BI_ENCODER_ARCHS + TASER_ARCHS + DESIRE_ME_ARCHS
-
-POOLINGS = ("cls", "mean")
-SIMILARITIES = ("dot", "cosine")
-ROUTINGS = ("det", "seq", "tok")
-FREEZE_SIDES = ("question", "passage")
+# Each architecture family names its architectures here, beside the settings that define its
+# layout; `Arch` (the choices of every CLI, flow form and check) is their union.
+# Bi-encoders: DPR's two towers, the dual-encoder paper's shared (SDE) and asymmetric (ADE-*) ones.
+BiEncoderArch = Literal["dpr", "ade", "sde", "ade-ste", "ade-fte", "ade-spl"]
+Pooling = Literal["cls", "mean"]
+Similarity = Literal["dot", "cosine"]
+Routing = Literal["det", "seq", "tok"]  # TASER: deterministic, per sequence, per token
+FreezeSide = Literal["question", "passage"]  # thesis 4.2: fixQ, fixP
 # How a passage reaches the tokenizer: the pair (title, text), as DPR; or one lowercased string
 # "title text", as DESIRE-ME's reference code builds its passage embeddings.
-PASSAGE_INPUTS = ("pair", "joined-lowercase")
+PassageInput = Literal["pair", "joined-lowercase"]
+
+BI_ENCODER_ARCHS: tuple[str, ...] = get_args(BiEncoderArch)
+TWO_TOWER_ARCHS = ("dpr", "ade", "ade-ste", "ade-fte", "ade-spl")  # one encoder per side: a side can be frozen
+POOLINGS: tuple[str, ...] = get_args(Pooling)
+SIMILARITIES: tuple[str, ...] = get_args(Similarity)
+ROUTINGS: tuple[str, ...] = get_args(Routing)
+FREEZE_SIDES: tuple[str, ...] = get_args(FreezeSide)
+PASSAGE_INPUTS: tuple[str, ...] = get_args(PassageInput)
+
+
+TaserArch = Literal["taser", "taser-shared"]  # taser-shared: one expert, the FFN shared by both sides
+TASER_ARCHS: tuple[str, ...] = get_args(TaserArch)
 
 
 @dataclass
@@ -61,6 +72,10 @@ class TaserConfig:
             )
 
 
+DesireMeArch = Literal["desire-me", "rnd-g"]  # rnd-g: DESIRE-ME with random gate weights (the baseline)
+DESIRE_ME_ARCHS: tuple[str, ...] = get_args(DesireMeArch)
+
+
 @dataclass
 class DesireMeConfig:
     """DESIRE-ME query-side mixture of domain specializers on top of a base retriever."""
@@ -77,6 +92,13 @@ class DesireMeConfig:
             raise ValueError(f"DESIRE-ME domain labels must be unique, got {self.domains}")
         if self.gate not in ("learned", "random"):
             raise ValueError(f"DESIRE-ME gate must be 'learned' or 'random', got {self.gate!r}")
+
+
+Arch = Literal[BiEncoderArch, TaserArch, DesireMeArch]
+ARCHS: tuple[str, ...] = get_args(Arch)
+# Trained from a pretrained checkpoint (DESIRE-ME trains on top of a retriever): what a recipe trains.
+CheckpointArch = Literal[BiEncoderArch, TaserArch]
+CHECKPOINT_ARCHS: tuple[str, ...] = get_args(CheckpointArch)
 
 
 @dataclass
@@ -109,7 +131,7 @@ class RetrieverConfig:
         if self.freeze is not None:
             if self.freeze not in FREEZE_SIDES:
                 raise ValueError(f"freeze must be one of {FREEZE_SIDES} or None, got {self.freeze!r}")
-            if self.arch not in ("dpr", "ade", "ade-ste", "ade-fte", "ade-spl"):
+            if self.arch not in TWO_TOWER_ARCHS:
                 raise ValueError(
                     f"freezing one tower needs two towers; arch {self.arch!r} shares its encoder"
                 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,9 +26,10 @@ from ..pipelines.categories.titles import normalize_titles
 from ..storage.workspace import Workspace
 from .config import DESIRE_ME_ARCHS
 from .data import TrainingExample
+from .settings import GateTargets, TrainSettings
 
-GATE_TARGETS = ("question", "positive")
-DEFAULT_GATE_TARGETS = "question"
+GATE_TARGETS: tuple[str, ...] = get_args(GateTargets)
+DEFAULT_GATE_TARGETS = TrainSettings.model_fields["gate_targets"].default
 
 
 def check_gate_targets(arch: str, gate_targets: str) -> None:

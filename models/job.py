@@ -36,9 +36,12 @@ class TrainSet:
 
 @dataclass
 class TrainingJob:
+    """What every training process runs: the retriever to build (`arch`, `base` resolved to a
+    path, `create_retriever`'s `model_options`) and the trainer's `TrainingConfig`."""
+
     arch: str
     base: str
-    training: dict[str, Any]
+    training: TrainingConfig
     train_sets: list[TrainSet]
     dev_path: str | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
@@ -46,18 +49,30 @@ class TrainingJob:
     result_path: str | None = None
 
     def write(self, path: Path) -> None:
-        atomic_write_json(path, asdict(self))
+        atomic_write_json(path, {**asdict(self), "training": self.training.model_dump()})
 
     @classmethod
     def read(cls, path: Path) -> TrainingJob:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         data["train_sets"] = [TrainSet(**s) for s in data["train_sets"]]
+        data["training"] = TrainingConfig(**data["training"])
         return cls(**data)
+
+
+def write_result(result: TrainResult, path: str) -> None:
+    """The result file rank 0 writes for the flow (paths as text)."""
+    atomic_write_json(path, {**asdict(result), "model_dir": str(result.model_dir),
+                             "checkpoint_dir": str(result.checkpoint_dir)})  # fmt: skip
+
+
+def read_result(path: Path) -> TrainResult:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return TrainResult(**{**data, "model_dir": Path(data["model_dir"]), "checkpoint_dir": Path(data["checkpoint_dir"])})
 
 
 def run_job(job: TrainingJob) -> TrainResult:
     """Build the retriever, train it on the job's examples; rank 0 writes `result_path`."""
-    config = TrainingConfig(**job.training)
+    config = job.training
     sampler = MultiSetSampler(
         [read_examples(Path(s.path)) for s in job.train_sets],
         [s.weight for s in job.train_sets],
@@ -67,14 +82,9 @@ def run_job(job: TrainingJob) -> TrainResult:
     evaluator = InMemoryDevEvaluator(read_examples(Path(job.dev_path))) if job.dev_path else None
     retriever = create_retriever(job.arch, job.base, **job.model_options)
     result = Trainer(retriever, sampler, config, evaluator).train(resume=job.resume)
+    result.retriever_config = retriever.config.to_dict()
     if job.result_path and int(os.environ.get("RANK", "0")) == 0:
-        document = {
-            **asdict(result),
-            "model_dir": str(result.model_dir),
-            "checkpoint_dir": str(result.checkpoint_dir),
-            "retriever_config": retriever.config.to_dict(),
-        }
-        atomic_write_json(job.result_path, document)
+        write_result(result, job.result_path)
     return result
 
 

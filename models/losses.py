@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.nn import functional
 
-OBJECTIVES = ("contrastive", "stopgrad", "flipped")
+from .settings import OBJECTIVES
 
 
 def _targets(questions: torch.Tensor, positive_index: torch.Tensor | None) -> torch.Tensor:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..storage.atomic import atomic_write_json
 from .training_state import STATE_FILE, is_checkpoint, recover_checkpoint
 
 RUN_FILE = "run.json"  # the stage fingerprint and parameters the checkpoint beside it belongs to
+# auto: continue when the checkpoint was written for the same parameters and data, else start
+# over and say why; continue: must continue (`--resume`); restart: start over (`--restart`).
+ResumeMode = Literal["auto", "continue", "restart"]
 
 
 def checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
@@ -27,29 +30,30 @@ def checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
 
 
 def resume_decision(
-    work: Path, model_id: str, stage_fp: str, params: dict[str, Any], resume: bool | None
+    work: Path, model_id: str, stage_fp: str, params: dict[str, Any], resume: ResumeMode = "auto"
 ) -> tuple[bool, str | None]:
     """Whether training continues from the checkpoint in `work`, and the line saying so (or why not).
 
-    `resume=None` (the default) continues when the checkpoint was written for this stage
-    fingerprint (same parameters, data and base weights) and starts over otherwise; `True`
-    insists on continuing (an error when it cannot); `False` always starts over. Starting
+    `resume="auto"` (the default) continues when the checkpoint was written for this stage
+    fingerprint (same parameters, data and base weights) and starts over otherwise; "continue"
+    insists on continuing (an error when it cannot); "restart" always starts over. Starting
     over empties `work`.
     """
     checkpoint = work / "checkpoint"
     run_file = work / RUN_FILE
     recover_checkpoint(checkpoint)
     why = None
-    if resume is False:
+    insist = resume == "continue"
+    if resume == "restart":
         why = None if not is_checkpoint(checkpoint) else f"not resuming {model_id}: starting over as asked"
     elif not is_checkpoint(checkpoint):
-        if resume:
+        if insist:
             raise ValueError(f"--resume: {model_id} has no checkpoint in {work} to continue from")
     else:
         saved = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else None
         # A checkpoint of an older version has no run file: --resume trusts the trainer's own
         # check of settings and data; the default starts over rather than guess.
-        if (saved or {}).get("fingerprint") == stage_fp or (saved is None and resume):
+        if (saved or {}).get("fingerprint") == stage_fp or (saved is None and insist):
             where = checkpoint_summary(checkpoint)
             return True, (f"resuming {model_id} from step {where['step']} of {where['total']} "
                           f"(checkpoint written at {where['written_at']})")  # fmt: skip
@@ -61,7 +65,7 @@ def resume_decision(
             reason = f"parameters changed ({', '.join(changed)})"
         else:
             reason = "the questions/passages tables or the base weights changed"
-        if resume:
+        if insist:
             raise ValueError(f"--resume: the checkpoint of {model_id} cannot continue: {reason}")
         why = f"not resuming {model_id} from its checkpoint: {reason}; starting over"
     if work.exists():

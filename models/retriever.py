@@ -33,6 +33,7 @@ from .config import (
     ARCHS,
     BI_ENCODER_ARCHS,
     DESIRE_ME_ARCHS,
+    TASER_ARCHS,
     DesireMeConfig,
     RetrieverConfig,
     TaserConfig,
@@ -113,7 +114,7 @@ def create_retriever(
     pooling, similarity = _base_defaults(base, pooling, similarity)
     encoder = load_pretrained_encoder(base)
     taser = None
-    if arch in ("taser", "taser-shared"):
+    if arch in TASER_ARCHS:
         experts = 1 if arch == "taser-shared" else (num_experts or 2)
         taser = TaserConfig(
             shared_blocks=shared_blocks,

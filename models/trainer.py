@@ -26,7 +26,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -51,102 +51,25 @@ from .distributed import (
     main_decides,
 )
 from .grad_cache import cached_forward_backward, supports_grad_cache
-from .losses import OBJECTIVES, duplicate_positive_mask, objective
+from .losses import duplicate_positive_mask, objective
+from .settings import TrainSettings
 from .training_state import is_checkpoint, read_training_files, write_training_files
 
-AMP_MODES = ("auto", "bf16", "fp16", "none")
 SNAPSHOT_FILE = "snapshot.json"  # in each snapshot folder: step, elapsed_s, cpu_s, examples, precision
 
 
-@dataclass
-class TrainingConfig:
-    """Hyper-parameters of one training run (defaults follow DPR/TASER where they apply)."""
+class TrainingConfig(TrainSettings):
+    """One training run: the user's `TrainSettings` plus where it writes and the loop's own
+    knobs (callers and tests set these; the CLI and flows do not offer them)."""
 
     output_dir: str
-    batch_size: int = 16  # questions per device per micro-batch
-    hard_negatives: int = 1  # per question
-    learning_rate: float = 2e-5
     weight_decay: float = 0.0
-    warmup_steps: int | None = None  # default: 10% of the optimizer steps
-    max_steps: int | None = None
-    epochs: int | None = None
-    accumulation_steps: int = 1
     max_grad_norm: float = 2.0
-    temperature: float | None = None  # default: 1 for dot product, 0.05 for cosine
-    objective: str = "contrastive"
-    amp: str = "auto"
-    seed: int = 0
-    eval_every: int | None = None  # optimizer steps; None: evaluate at the end only
     checkpoint_every: int | None = None  # steps; default: eval_every (besides the time-based ones)
-    checkpoint_minutes: float | None = 10.0  # wall time between checkpoints; None: by steps only
     select_metric: str = "R@20"
     device: str | None = None
     log_every: int = 10
     progress: bool = True
-    threads: int | None = None  # torch intra-op threads during training; None: torch's default
-    bucket_tokens: int | None = None  # length buckets of <= this many padded tokens; None: one block
-    grad_cache: bool = False  # cached-gradient (GradCache) steps over the buckets; needs bucket_tokens
-    mask_duplicates: bool = False  # another copy of a question's positive in the batch is no negative
-    snapshot_every: int | None = None  # steps between model snapshots (for quality-vs-cost curves)
-    snapshot_dir: str | None = None  # default: <output_dir>/snapshots
-    layer_decay: float | None = None  # layer-wise lr decay (TASER's reference configs: 0.8); None: off
-    loss_weights: list[float] | None = None  # [similarity, auxiliary] (DESIRE-ME's code: 0.5, 0.5); None: 1, 1
-
-    def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.hard_negatives < 0:
-            raise ValueError(f"hard_negatives must be >= 0, got {self.hard_negatives}")
-        if self.accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
-        if (self.max_steps is None) == (self.epochs is None):
-            raise ValueError("give exactly one of max_steps or epochs")
-        if (self.max_steps is not None and self.max_steps < 1) or (
-            self.epochs is not None and self.epochs < 1
-        ):
-            raise ValueError("max_steps / epochs must be >= 1")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
-        if self.checkpoint_minutes is not None and not self.checkpoint_minutes > 0:
-            raise ValueError(f"checkpoint_minutes must be > 0 (or None), got {self.checkpoint_minutes}")
-        for name in ("threads", "bucket_tokens", "snapshot_every"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 (or None), got {value}")
-        if self.layer_decay is not None and not 0 < self.layer_decay <= 1:
-            raise ValueError(f"layer_decay must be in (0, 1] (or None), got {self.layer_decay}")
-        if self.loss_weights is not None and (len(self.loss_weights) != 2 or min(self.loss_weights) < 0):
-            raise ValueError(f"loss_weights must be two weights >= 0 (similarity, auxiliary), got {self.loss_weights}")
-        if self.loss_weights is not None and self.grad_cache:
-            raise ValueError("loss_weights weigh an auxiliary loss, which grad_cache training does not support")
-        if self.grad_cache and not self.bucket_tokens:
-            raise ValueError("grad_cache re-encodes the batch bucket by bucket: give bucket_tokens too")
-
-    def resume_signature(self) -> dict[str, Any]:
-        """Settings that must not change between a checkpoint and its resumption."""
-        keys = (
-            "batch_size",
-            "hard_negatives",
-            "accumulation_steps",
-            "seed",
-            "objective",
-            "max_steps",
-            "epochs",
-            "bucket_tokens",
-            "grad_cache",
-            "mask_duplicates",
-            "layer_decay",
-            "loss_weights",
-        )
-        return {k: getattr(self, k) for k in keys}
-
-
-# Signature entries added after checkpoints were first written, with the behaviour of the code
-# that wrote those older checkpoints (so they still resume when nothing really changed).
-LEGACY_SIGNATURE = {"bucket_tokens": None, "grad_cache": False, "mask_duplicates": False, "layer_decay": None,
-                    "loss_weights": None}
 
 
 @dataclass
@@ -165,6 +88,7 @@ class TrainResult:
     log: list[dict[str, float]] = field(default_factory=list)  # step, loss, lr, examples_per_s, elapsed_s, cpu_s
     elapsed_s: float = 0.0  # training wall time over all sessions
     cpu_s: float = 0.0  # training process CPU time (user + system, all threads) over all sessions
+    retriever_config: dict[str, Any] = field(default_factory=dict)  # the trained model's config.json
 
 
 class WarmupLinearSchedule:
@@ -372,7 +296,6 @@ class Trainer:
         config: TrainingConfig,
         evaluator: DevEvaluator | None = None,
     ) -> None:
-        config.validate()
         self.retriever = retriever
         self.data = data
         self.config = config
@@ -413,7 +336,7 @@ class Trainer:
         model = self.retriever.to(context.device)
         model.train()
         wrapped = wrap_for_training(model, context)
-        optimizer = make_optimizer(model, config.learning_rate, config.weight_decay, context.device,
+        optimizer = make_optimizer(model, config.lr, config.weight_decay, context.device,
                                    config.layer_decay)
         micro = config.batch_size * context.world_size
         per_step = micro * config.accumulation_steps
@@ -472,7 +395,7 @@ class Trainer:
                     )
                     step_loss += loss_value / config.accumulation_steps
                     seen += micro
-                learning_rate = config.learning_rate * schedule.factor(state["step"])
+                learning_rate = config.lr * schedule.factor(state["step"])
                 optimizer_step(optimizer, scaler, learning_rate, config.max_grad_norm)
                 state["step"] += 1
                 last_loss = step_loss
@@ -601,7 +524,7 @@ class Trainer:
                     **state,
                     "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "scaler": scaler.state_dict(),
-                    "config": asdict(self.config),
+                    "config": self.config.model_dump(),
                     "signature": self._signature(context),
                 }
                 write_training_files(staging, optimizer, document)
@@ -621,7 +544,7 @@ class Trainer:
         folder = self.checkpoint_dir
         expected = self._signature(context)
         saved, optimizer_state = read_training_files(folder)
-        saved["signature"]["training"] = {**LEGACY_SIGNATURE, **saved["signature"]["training"]}
+        saved["signature"]["training"] = {**TrainSettings.legacy_signature(), **saved["signature"]["training"]}
         saved["signature"].setdefault("precision", legacy_precision(saved.get("config", {}), context.device))
         if saved["signature"] != expected:
             raise ValueError(

@@ -7,8 +7,11 @@ from typing import Any
 
 import click
 
+from ...models.config import CHECKPOINT_ARCHS
+from ...models.settings import RetrieverSettings
 from .groups import main, workspace_arg
-from .recipe import RECIPE_ARCHS, echo_scores, recipe_arguments, recipe_options
+from .recipe import echo_scores, recipe_arguments, recipe_options
+from .settings_options import settings_options
 
 ALPHA_HELP = "Significance level after Bonferroni correction."
 
@@ -20,9 +23,9 @@ def experiment_group() -> None:
 
 def _archs(value: str) -> list[str]:
     archs = [a.strip() for a in value.split(",") if a.strip()]
-    unknown = sorted(set(archs) - set(RECIPE_ARCHS))
+    unknown = sorted(set(archs) - set(CHECKPOINT_ARCHS))
     if unknown or not archs:
-        raise click.BadParameter(f"unknown arch(s) {unknown}; choose from {', '.join(RECIPE_ARCHS)}")
+        raise click.BadParameter(f"unknown arch(s) {unknown}; choose from {', '.join(CHECKPOINT_ARCHS)}")
     return archs
 
 
@@ -82,8 +85,7 @@ def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rou
               help="Experiment name (models are NAME-dpr-round<r>, NAME-taser-round<r>; metrics run experiment:NAME).")
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Training rounds per model (TASER App. B: 2).")
-@click.option("--routing", type=click.Choice(["det", "seq", "tok"]), default="det", show_default=True,
-              help="TASER routing.")  # fmt: skip
+@settings_options(RetrieverSettings, only=["routing"])
 @click.option("--holdout", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
               show_default=True, help="Fraction of the training questions held out to tune the hybrid weight on.")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help=ALPHA_HELP)

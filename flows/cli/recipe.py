@@ -10,32 +10,18 @@ from typing import Any
 
 import click
 
+from ...models.config import CHECKPOINT_ARCHS
+from ...models.settings import RetrieverSettings, TrainSettings
 from .groups import main, parse_cutoffs, workspace_arg
-
-# Architectures a recipe trains from a base checkpoint (DESIRE-ME trains on top of a retriever).
-RECIPE_ARCHS = ["dpr", "ade", "sde", "ade-ste", "ade-fte", "ade-spl", "taser", "taser-shared"]
+from .settings_options import settings_from, settings_options
 
 RECIPE_OPTIONS = [
-    click.option("--base", required=True, metavar="M", help="Starting checkpoint: HF name, folder or model id."),
+    settings_options(RetrieverSettings, only=["base"]),
     click.option("--train", "train_sets", required=True, multiple=True, metavar="NAME:SPLIT[:WEIGHT]",
                  help="Training questions (repeatable)."),
     click.option("--evaluate", "eval_sets", required=True, multiple=True, metavar="NAME:SPLIT",
                  help="Questions every model is evaluated on (repeatable; never trained or tuned on)."),
-    click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Optimizer steps per training."),
-    click.option("--epochs", type=click.IntRange(min=1), default=None, help="Epochs per training (or --max-steps)."),
-    click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
-                 help="Questions per batch."),
-    click.option("--lr", type=float, default=2e-5, show_default=True, help="Peak learning rate (AdamW)."),
-    click.option("--hard-negatives", type=click.IntRange(min=0), default=1, show_default=True,
-                 help="Hard negatives per question in a batch."),
-    click.option("--amp", type=click.Choice(["auto", "bf16", "fp16", "none"]), default="auto", show_default=True,
-                 help="Mixed precision, as for odqa train."),
-    click.option("--bucket-tokens", type=click.IntRange(min=1), default=None, metavar="N",
-                 help="Length buckets of at most N padded tokens per batch, as for odqa train."),
-    click.option("--grad-cache", is_flag=True, help="Cached-gradient steps over the buckets, as for odqa train."),
-    click.option("--mask-duplicates", is_flag=True,
-                 help="Another copy of a question's positive in the batch is not its negative."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of training and of the hold-out."),
+    settings_options(TrainSettings),
     click.option("--mode", type=click.Choice(["single-set", "multi-set"]), default="single-set", show_default=True,
                  help="Rounds after the first train on P1 u P_r (single-set) or P_r (multi-set)."),
     click.option("--bm25-negatives", type=click.IntRange(min=1, max=30), default=1, show_default=True,
@@ -57,14 +43,14 @@ def recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def recipe_arguments(options: dict[str, Any]) -> dict[str, Any]:
-    """Click's values of `recipe_options` as flow parameters (the budget checked here)."""
-    if (options["max_steps"] is None) == (options["epochs"] is None):
-        raise click.UsageError("give exactly one of --max-steps or --epochs")
-    arguments = {key: options[key] for key in ("base", "max_steps", "epochs", "batch_size", "lr", "hard_negatives",
-                                                "amp", "bucket_tokens", "grad_cache", "mask_duplicates", "seed", "mode", "bm25_negatives", "mine_depth", "mine_count",
+    """Click's values of `recipe_options` as flow parameters: the `training` settings (checked
+    here), the base checkpoint, data, mining and cut-offs."""
+    options = dict(options)
+    training = settings_from(TrainSettings, options)
+    arguments = {key: options[key] for key in ("base", "mode", "bm25_negatives", "mine_depth", "mine_count",
                                                 "index_type")}  # fmt: skip
-    return {**arguments, "train": list(options["train_sets"]), "evaluate": list(options["eval_sets"]),
-            "ks": parse_cutoffs(options["ks"])}  # fmt: skip
+    return {**arguments, "training": training, "train": list(options["train_sets"]),
+            "evaluate": list(options["eval_sets"]), "ks": parse_cutoffs(options["ks"])}  # fmt: skip
 
 
 def echo_scores(rows: list[dict[str, Any]]) -> None:
@@ -77,29 +63,28 @@ def echo_scores(rows: list[dict[str, Any]]) -> None:
 
 
 @main.command("train-rounds")
-@click.option("--arch", type=click.Choice(RECIPE_ARCHS), default="taser", show_default=True,
-              help="Retriever architecture.")  # fmt: skip
+@settings_options(RetrieverSettings, defaults={"arch": "taser"}, exclude=["base"], choices={"arch": CHECKPOINT_ARCHS})
 @click.option("--model-id", required=True, help="Name of the recipe; round r's model is MODEL_ID-round<r>.")
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Trainings in all: round 1 on BM25 negatives, each later one on negatives mined by the previous.")
-@click.option("--routing", type=click.Choice(["det", "seq", "tok"]), default="det", show_default=True,
-              help="TASER routing.")  # fmt: skip
 @click.option("--holdout", type=click.FloatRange(min=0, max=1, max_open=True), default=0.1, show_default=True,
               help="Fraction of the training questions held out (not trained on) to tune the hybrid weight on.")
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Tune alpha on the held-out questions and evaluate the hybrid with BM25.")
 @recipe_options
 @click.pass_context
-def train_rounds(ctx: click.Context, arch: str, model_id: str, rounds: int, routing: str, holdout: float,
-                 hybrid: bool, **options: Any) -> None:  # fmt: skip
+def train_rounds(ctx: click.Context, model_id: str, rounds: int, holdout: float, hybrid: bool,
+                 **options: Any) -> None:  # fmt: skip
     """TASER's recipe in rounds, resumable per round: BM25 negatives, train, mine with the model,
     train again; then alpha tuned on held-out training questions, and dense, hybrid and BM25
     evaluated. Each round's figures are printed and stored in `metrics`."""
     from ...storage.experiments import RECIPE
     from ..recipe import train_rounds_flow
 
-    report = train_rounds_flow(arch=arch, model_id=model_id, rounds=rounds, routing=routing, holdout=holdout,
-                               hybrid=hybrid, workspace=workspace_arg(ctx), **recipe_arguments(options))  # fmt: skip
+    arguments = recipe_arguments(options)
+    retriever = settings_from(RetrieverSettings, {**options, "base": arguments.pop("base")})
+    report = train_rounds_flow(retriever=retriever, model_id=model_id, rounds=rounds, holdout=holdout, hybrid=hybrid,
+                               workspace=workspace_arg(ctx), **arguments)  # fmt: skip
     click.echo(f"train-rounds {model_id}: {len(report.rounds)} rounds, final model {report.model_id} "
                f"({report.parameters:,} parameters)")  # fmt: skip
     if report.alpha is not None:

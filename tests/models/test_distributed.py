@@ -33,7 +33,7 @@ def _config(output: str, batch_size: int) -> TrainingConfig:
         batch_size=batch_size,
         hard_negatives=2,
         max_steps=2,
-        learning_rate=1e-2,
+        lr=1e-2,
         warmup_steps=0,
         seed=5,
         progress=False,

@@ -73,13 +73,13 @@ def test_grad_cache_is_refused_where_a_batch_wide_auxiliary_loss_exists(tiny_che
     with pytest.raises(ValueError, match="auxiliary loss"):
         Trainer(seq, MultiSetSampler.single(toy_examples), config)
     with pytest.raises(ValueError, match="bucket_tokens"):
-        TrainingConfig(output_dir=str(tmp_path), max_steps=1, grad_cache=True).validate()
+        TrainingConfig(output_dir=str(tmp_path), max_steps=1, grad_cache=True)
 
 
 def test_training_with_grad_cache_learns(tiny_checkpoint, toy_examples, tmp_path):
     torch.manual_seed(0)
     model = create_retriever("sde", tiny_checkpoint)
-    config = TrainingConfig(output_dir=str(tmp_path), batch_size=8, max_steps=12, learning_rate=1e-2,
+    config = TrainingConfig(output_dir=str(tmp_path), batch_size=8, max_steps=12, lr=1e-2,
                             warmup_steps=0, log_every=1, progress=False, bucket_tokens=48, grad_cache=True)  # fmt: skip
     result = Trainer(model, MultiSetSampler.single(toy_examples), config).train()
     losses = [entry["loss"] for entry in result.log]

@@ -50,7 +50,7 @@ def _embedding_change(checkpoint: str, examples, output: Path, layer_decay: floa
     torch.manual_seed(0)
     model = create_retriever("sde", checkpoint)
     before = model.question_tower.encoder.embeddings.word_embeddings.weight.detach().clone()
-    config = TrainingConfig(output_dir=str(output), batch_size=4, max_steps=2, learning_rate=1e-3, warmup_steps=0,
+    config = TrainingConfig(output_dir=str(output), batch_size=4, max_steps=2, lr=1e-3, warmup_steps=0,
                             progress=False, layer_decay=layer_decay)  # fmt: skip
     Trainer(model, MultiSetSampler.single(examples), config).train()
     after = model.question_tower.encoder.embeddings.word_embeddings.weight.detach()

@@ -44,7 +44,7 @@ def test_weights_scale_each_term(tiny_checkpoint, toy_examples):
 
 
 def test_weights_are_checked():
-    with pytest.raises(ValueError, match="two weights"):
-        TrainingConfig(output_dir="x", max_steps=1, loss_weights=[0.5]).validate()
+    with pytest.raises(ValueError, match="loss_weights"):
+        TrainingConfig(output_dir="x", max_steps=1, loss_weights=[0.5])
     with pytest.raises(ValueError, match="grad_cache"):
-        TrainingConfig(output_dir="x", max_steps=1, loss_weights=[1, 1], grad_cache=True, bucket_tokens=64).validate()
+        TrainingConfig(output_dir="x", max_steps=1, loss_weights=[1, 1], grad_cache=True, bucket_tokens=64)

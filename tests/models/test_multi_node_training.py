@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from odqa.flows.train import Launch
 from odqa.models.data import write_examples
 from odqa.models.job import TrainingJob, TrainSet, run_job
+from odqa.models.trainer import TrainingConfig
 
 PER_NODE = 2
 REPO = Path(__file__).parents[2]
@@ -24,9 +25,8 @@ REPO = Path(__file__).parents[2]
 def _job(folder: Path, checkpoint: str, examples: Path, batch_size: int) -> Path:
     # hard_negatives=2 takes every hard negative of the toy set (no sampling differs by rank);
     # the tiny checkpoint has no dropout.
-    training = {"output_dir": str(folder / "out"), "batch_size": batch_size, "hard_negatives": 2, "max_steps": 3,
-                "learning_rate": 5e-4, "warmup_steps": 0, "seed": 5, "amp": "none", "checkpoint_minutes": None,
-                "progress": False}  # fmt: skip
+    training = TrainingConfig(output_dir=str(folder / "out"), batch_size=batch_size, hard_negatives=2, max_steps=3,
+                              lr=5e-4, warmup_steps=0, seed=5, amp="none", checkpoint_minutes=None, progress=False)
     job = TrainingJob(arch="dpr", base=checkpoint, training=training, train_sets=[TrainSet("toy", str(examples))],
                       result_path=str(folder / "result.json"))  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)

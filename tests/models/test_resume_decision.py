@@ -26,7 +26,7 @@ def _killed_run(work: Path, fingerprint: str, params: dict, step: int = 7) -> No
 def test_same_parameters_and_data_resume(tmp_path):
     work = tmp_path / "m"
     _killed_run(work, "fp1", PARAMS)
-    resuming, message = resume_decision(work, "m", "fp1", PARAMS, None)
+    resuming, message = resume_decision(work, "m", "fp1", PARAMS, "auto")
     assert resuming
     assert message == "resuming m from step 7 of 40 (checkpoint written at 2026-11-24T13:40:48+00:00)"
     assert (work / "checkpoint" / STATE_FILE).is_file()
@@ -36,7 +36,7 @@ def test_changed_parameters_start_over_and_say_which(tmp_path):
     work = tmp_path / "m"
     _killed_run(work, "fp1", PARAMS)
     changed = {**PARAMS, "lr": 1e-4}
-    resuming, message = resume_decision(work, "m", "fp2", changed, None)
+    resuming, message = resume_decision(work, "m", "fp2", changed, "auto")
     assert not resuming
     assert message == "not resuming m from its checkpoint: parameters changed (lr); starting over"
     assert not (work / "checkpoint").exists()
@@ -46,7 +46,7 @@ def test_changed_parameters_start_over_and_say_which(tmp_path):
 def test_changed_data_start_over(tmp_path):
     work = tmp_path / "m"
     _killed_run(work, "fp1", PARAMS)
-    resuming, message = resume_decision(work, "m", "fp-new-tables", PARAMS, None)
+    resuming, message = resume_decision(work, "m", "fp-new-tables", PARAMS, "auto")
     assert not resuming and "questions/passages tables or the base weights changed" in message
 
 
@@ -54,10 +54,10 @@ def test_explicit_resume_refuses_a_mismatch_and_restart_always_starts_over(tmp_p
     work = tmp_path / "m"
     _killed_run(work, "fp1", PARAMS)
     with pytest.raises(ValueError, match="cannot continue: parameters changed \\(max_steps\\)"):
-        resume_decision(work, "m", "fp2", {**PARAMS, "max_steps": 80}, True)
+        resume_decision(work, "m", "fp2", {**PARAMS, "max_steps": 80}, "continue")
     with pytest.raises(ValueError, match="no checkpoint"):
-        resume_decision(tmp_path / "fresh", "fresh", "fp1", PARAMS, True)
-    resuming, message = resume_decision(work, "m", "fp1", PARAMS, False)
+        resume_decision(tmp_path / "fresh", "fresh", "fp1", PARAMS, "continue")
+    resuming, message = resume_decision(work, "m", "fp1", PARAMS, "restart")
     assert not resuming and message == "not resuming m: starting over as asked"
     assert not (work / "checkpoint").exists()
 
@@ -77,7 +77,7 @@ def test_a_checkpoint_without_run_file_resumes_only_when_asked(tmp_path):
     work = tmp_path / "m"
     _killed_run(work, "fp1", PARAMS)
     (work / RUN_FILE).unlink()  # written before run files existed
-    resuming, _ = resume_decision(work, "m", "fp1", PARAMS, True)
+    resuming, _ = resume_decision(work, "m", "fp1", PARAMS, "continue")
     assert resuming  # the trainer still checks settings and data against the checkpoint
-    resuming, message = resume_decision(work, "m", "fp1", PARAMS, None)
+    resuming, message = resume_decision(work, "m", "fp1", PARAMS, "auto")
     assert not resuming and "has no run.json" in message

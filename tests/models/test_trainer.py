@@ -26,7 +26,7 @@ def test_tiny_taser_overfits_a_tiny_set(tiny_checkpoint, toy_examples, tmp_path)
         output_dir=str(tmp_path),
         batch_size=8,
         max_steps=25,
-        learning_rate=1e-2,
+        lr=1e-2,
         warmup_steps=0,
         log_every=1,
         progress=False,
@@ -47,7 +47,7 @@ def _resume_run(checkpoint: str, examples, output, stop_at=None, resume=False):
         hard_negatives=1,
         max_steps=6,
         accumulation_steps=2,
-        learning_rate=5e-3,
+        lr=5e-3,
         warmup_steps=2,
         log_every=1,
         seed=11,
@@ -104,7 +104,7 @@ def test_best_dev_checkpoint_is_kept(tiny_checkpoint, toy_examples, tmp_path):
 
     model = create_retriever("sde", tiny_checkpoint)
     config = TrainingConfig(
-        output_dir=str(tmp_path), batch_size=4, max_steps=3, eval_every=1, learning_rate=1e-3, progress=False
+        output_dir=str(tmp_path), batch_size=4, max_steps=3, eval_every=1, lr=1e-3, progress=False
     )
     result = Trainer(model, MultiSetSampler.single(toy_examples), config, evaluator).train()
     assert result.best_step == 2 and result.best_metrics == {"R@20": 0.75}
@@ -123,7 +123,7 @@ def test_desire_me_training_leaves_the_base_untouched_and_learns_the_gate(
     gate_before = model.gate.layers[0].weight.clone()
     evaluator = InMemoryDevEvaluator(toy_examples, ks=(1, 5))
     config = TrainingConfig(
-        output_dir=str(tmp_path), batch_size=4, max_steps=4, learning_rate=1e-3, progress=False
+        output_dir=str(tmp_path), batch_size=4, max_steps=4, lr=1e-3, progress=False
     )
     result = Trainer(model, MultiSetSampler.single(toy_examples), config, evaluator).train()
     for name, tensor in model.base.state_dict().items():
@@ -140,7 +140,7 @@ def test_thesis_objectives_train(tiny_checkpoint, toy_examples, tmp_path, object
         output_dir=str(tmp_path),
         batch_size=8,
         max_steps=8,
-        learning_rate=1e-2,
+        lr=1e-2,
         warmup_steps=0,
         objective=objective,
         log_every=1,
@@ -170,7 +170,7 @@ def _amp_run(checkpoint: str, examples, output, amp: str) -> tuple[list[float], 
         batch_size=4,
         hard_negatives=1,
         max_steps=4,
-        learning_rate=1e-2,
+        lr=1e-2,
         warmup_steps=0,
         amp=amp,
         log_every=1,

@@ -222,8 +222,8 @@ def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_ch
     monkeypatch.setenv("ODQA_PROGRESS", "log")
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    state = train_flow(arch="sde", base=tiny_checkpoint, train=["toy:train"], model_id="ddp", max_steps=2,
-                       batch_size=1, gpus=2, workspace=str(root), return_state=True)  # fmt: skip
+    state = train_flow(retriever={"arch": "sde", "base": tiny_checkpoint}, training={"max_steps": 2, "batch_size": 1},
+                       train=["toy:train"], model_id="ddp", gpus=2, workspace=str(root), return_state=True)  # fmt: skip
     assert state.is_completed()
     with get_client(sync_client=True) as client:
         logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),

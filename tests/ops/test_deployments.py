@@ -83,6 +83,29 @@ def test_no_deployment_defaults_to_sample_data_or_to_a_value_a_cleared_field_can
             assert not SAMPLE_DATA.search(json.dumps(prop.get("default"))), (deployment["name"], prop)
 
 
+def test_the_train_form_offers_the_choices_of_the_settings() -> None:
+    """The `train` deployment's parameter schema (what its Custom run form shows, as deployed by
+    `deploy_typed_forms`): arch, amp and objective are dropdowns, every field has its description
+    from models/settings.py, and `resume` is a choice, not a tri-state whose null the form shows as
+    'Property is type "None"'."""
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    from odqa.flows.deployment_forms import typed_form
+    from odqa.models.config import ARCHS
+
+    schema = typed_form(parameter_schema(load_flow_from_entrypoint("odqa.flows.train:train_flow")).model_dump())
+    models = schema["definitions"]
+    retriever, training = models["RetrieverSettings"]["properties"], models["TrainSettings"]["properties"]
+    assert retriever["arch"]["enum"] == list(ARCHS)
+    assert training["amp"]["enum"] == ["auto", "bf16", "fp16", "none"]
+    assert training["objective"]["enum"] == ["contrastive", "stopgrad", "flipped"]
+    assert all(p.get("description") for p in [*retriever.values(), *training.values()])
+    resume = schema["properties"]["resume"]
+    assert resume["enum"] == ["auto", "continue", "restart"] and resume["default"] == "auto"
+    assert "anyOf" not in resume
+
+
 async def _deployed_names() -> set[str]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.sorting import DeploymentSort

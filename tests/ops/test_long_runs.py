@@ -79,8 +79,8 @@ def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) 
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")  # what a worker process or `> log` gets
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
-    state = train_flow(arch="sde", base=minilm(), train=["nq-sample:train"], model_id="watched", max_steps=3,
-                       batch_size=4, workspace=str(sample_ws), return_state=True)  # fmt: skip
+    state = train_flow(retriever={"arch": "sde", "base": minilm()}, training={"max_steps": 3, "batch_size": 4},
+                       train=["nq-sample:train"], model_id="watched", workspace=str(sample_ws), return_state=True)  # fmt: skip
     assert state.is_completed()
     messages = flow_run_messages(state.state_details.flow_run_id)
     steps = [m for m in messages if m.startswith("train sde: ")]

@@ -51,9 +51,11 @@ def _field(browser, name: str, tag: str = "textarea"):
 
 
 def _property(name: str) -> str:
-    return (f"//div[contains(concat(' ', normalize-space(@class), ' '), ' schema-form-property ')]"
-            f"[.//span[contains(@class, 'schema-form-property__label') and "
-            f"(normalize-space()='{name}' or normalize-space()='{name} (Optional)')]]")  # fmt: skip
+    """The form property labelled `name`: the nearest property around its label (a settings
+    group, e.g. `training`, is a property holding its fields' properties)."""
+    return (f"(//span[contains(@class, 'schema-form-property__label') and "
+            f"(normalize-space()='{name}' or normalize-space()='{name} (Optional)')]"
+            f"/ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' schema-form-property ')][1])")  # fmt: skip
 
 
 def _type(element, text: str) -> None:
@@ -128,22 +130,23 @@ def _submit_train_form(browser, ui: str, deployment_id: str, base: str) -> None:
 
     browser.get(f"{ui}/deployments/deployment/{deployment_id}/run")
     wait = WebDriverWait(browser, UI_TIMEOUT_S)
-    wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "snapshot_dir"))
-    assert _field(browser, "arch").get_attribute("value") == "taser"
-    for name in ("base", "model_id", "dev"):
+    wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "Snapshot Dir"))
+    # arch is a dropdown of the architectures, preset to the deployment's taser (kept: it trains as fast here)
+    # the settings' fields are labelled by their titles (Arch, Max Steps ...)
+    assert "taser" in browser.find_element(By.XPATH, _property("Arch")).text
+    for name in ("Base", "model_id", "dev"):
         assert _field(browser, name).get_attribute("value") == "", f"{name} has a default"  # no sample datasets
-    assert _field(browser, "max_steps", "input").get_attribute("value") == ""
-    _type(_field(browser, "arch"), "dpr")
-    _type(_field(browser, "base"), base)
+    assert _field(browser, "Max Steps", "input").get_attribute("value") == ""
+    _type(_field(browser, "Base"), base)
     _type(_field(browser, "model_id"), "mine")
     browser.find_element(By.XPATH, f"{_property('train')}//button[normalize-space()='Add item']").click()
     wait.until(lambda _: _field(browser, "train"))
     _type(_field(browser, "train"), "toy:train")
     _type(_field(browser, "dev"), "toy:dev")
     _type(_field(browser, "dev"), "")  # cleared: "empty: no dev evaluation"
-    _type(_field(browser, "max_steps", "input"), "2")
-    _type(_field(browser, "batch_size", "input"), "2")
-    _type(_field(browser, "hard_negatives", "input"), "0")
+    _type(_field(browser, "Max Steps", "input"), "2")
+    _type(_field(browser, "Batch Size", "input"), "2")
+    _type(_field(browser, "Hard Negatives", "input"), "0")
     browser.save_screenshot(str(ARTIFACTS / "prefect-project-train-form.png"))
     browser.find_element(By.XPATH, "//button[@type='submit' and normalize-space()='Submit']").click()
     wait.until(lambda _: "/run" not in browser.current_url)
@@ -192,7 +195,7 @@ def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: 
         with headless_chromium(window="1400,4200") as browser:
             _submit_train_form(browser, ui, train["id"], write_tiny_encoder(tmp_path / "base"))
             trained = _finished(train["id"], known, logs)
-            assert "dev" not in trained.parameters and trained.parameters["max_steps"] == 2, trained.parameters
+            assert "dev" not in trained.parameters and trained.parameters["training"]["max_steps"] == 2, trained.parameters
 
             browser.get(f"{ui}/artifacts/artifact/{asyncio.run(_artifact_id('train-mine'))}")
             wait = WebDriverWait(browser, UI_TIMEOUT_S)
