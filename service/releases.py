@@ -4,10 +4,11 @@ Every index build publishes the workspace's current indexes as a release and swi
 pointer (`storage.releases`). A long-running service follows that pointer without ever answering
 from a half-loaded index or freeing an index a request is still reading:
 
-* :class:`LoadedRelease` is one release in memory: its searchers (`pipelines.search`) and the
-  passage texts, with a reference count of the requests using it. Dense search (question
-  encoding + FAISS) and BM25 search each run on a :class:`~pipelines.microbatch.MicroBatcher`,
-  so concurrent requests share batches; the JVM searcher is only called from one thread.
+* :class:`LoadedRelease` is one release in memory: its searchers (opened, as every searcher is,
+  by `models.searchers`, with one encoder cache shared by all releases) and the passage texts,
+  with a reference count of the requests using it. Dense search (question encoding + FAISS) and
+  BM25 search each run on a :class:`~pipelines.microbatch.MicroBatcher`, so concurrent requests
+  share batches; the JVM searcher is only called from one thread.
 * :class:`ReleaseHolder` polls the pointer (every second by default; no inotify needed). When it
   names a new release, the holder loads it *beside* the old one, swaps one reference under a
   lock, and frees the old release when its last in-flight request returns. A release that fails
