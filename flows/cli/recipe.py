@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .groups import main, parse_cutoffs, workspace_arg
+from .groups import INDEX_TYPES, main, parse_cutoffs, workspace_arg
 
 # Architectures a recipe trains from a base checkpoint (DESIRE-ME trains on top of a retriever).
 RECIPE_ARCHS = ["dpr", "ade", "sde", "ade-ste", "ade-fte", "ade-spl", "taser", "taser-shared"]
@@ -44,7 +44,7 @@ RECIPE_OPTIONS = [
                  help="Passages of the previous model's ranking that mining looks at."),
     click.option("--mine-count", type=click.IntRange(min=1), default=30, show_default=True,
                  help="Mined negatives kept per question."),
-    click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True),
+    click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True),
     click.option("--k", "ks", default="1,5,20,100", show_default=True, help="Cut-offs of R@K, comma-separated."),
 ]  # fmt: skip
 
