@@ -1,9 +1,9 @@
 """Searching a workspace from Python: BM25, dense or hybrid, answered as passages with their text.
 
-A `Searcher` is opened by `odqa.Workspace.searcher` through the same functions the verbs and the
-search service open theirs with (`models.workspace_search`), so its answers are the ones
-`odqa search` and `odqa retrieve` give. It refuses a missing or stale index instead of building
-one: building is a pipeline stage (`odqa bm25 index`, `odqa index build`).
+A `Searcher` is opened by `odqa.Workspace.searcher` through the one opener the verbs and the
+search service use (`models.searchers.open_searcher`), so its answers are the ones `odqa search`
+and `odqa retrieve` give. It refuses a missing or stale index instead of building one: building
+is a pipeline stage (`odqa bm25 index`, `odqa index build`).
 """
 
 from __future__ import annotations
@@ -12,16 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..models.workspace_search import bm25_searcher, dense_searcher, tuned_alpha
-from ..pipelines.dense.hybrid import DEFAULT_DEPTH
-from ..pipelines.retrieval.java import ensure_java
-from ..pipelines.search.hybrid_searcher import HybridSearcher
 from ..pipelines.search.searcher import Searcher as PipelineSearcher
-from ..storage.model_registry import resolve_model
+from ..storage.choices import RetrieverKind
 from ..storage.passages import passages_by_id
 from ..storage.workspace import Workspace as StorageWorkspace
-
-KINDS = ("bm25", "dense", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -35,26 +29,6 @@ class Hit:
     text: str | None
 
 
-def open_pipeline_searcher(ws: StorageWorkspace, kind: str, model: str | None, *, index_type: str = "flat",
-                           alpha: float | None = None, depth: int = DEFAULT_DEPTH) -> PipelineSearcher:  # fmt: skip
-    """The `kind` searcher over the workspace's current indexes (dense and hybrid need `model`;
-    hybrid takes the model's tuned alpha unless `alpha` is given)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown retriever {kind!r}; available: {', '.join(KINDS)}")
-    if kind == "bm25":
-        ensure_java()
-        return bm25_searcher(ws)
-    if not model:
-        raise ValueError(f"the {kind} retriever needs a model (a model id, folder or Hugging Face name)")
-    ref = resolve_model(ws, model)
-    dense = dense_searcher(ws, ref, index_type)
-    if kind == "dense":
-        return dense
-    weight = alpha if alpha is not None else tuned_alpha(ws, ref)
-    ensure_java()
-    return HybridSearcher(dense, bm25_searcher(ws), weight, depth)
-
-
 class Searcher:
     """Top passages of questions over one workspace; close it (or use `with`) to free the index."""
 
@@ -63,7 +37,7 @@ class Searcher:
         self._searcher = searcher
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> RetrieverKind:
         """bm25, dense or hybrid."""
         return self._searcher.kind
 

@@ -12,13 +12,15 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.dense.hybrid import DEFAULT_DEPTH
+from ..storage.choices import IndexType, RetrieverKind
 from ..storage.snapshot import load_snapshot
 from ..storage.table_files import known_tables
 from ..storage.tables import table_dataset
 from ..storage.workspace import ENV_VAR
 from ..storage.workspace import Workspace as StorageWorkspace
-from .search import Searcher, open_pipeline_searcher
+from .search import Searcher
 
 
 class Workspace:
@@ -35,13 +37,13 @@ class Workspace:
         return f"odqa.Workspace({str(self.root)!r})"
 
     # -- searching ---------------------------------------------------------------------------
-    def searcher(self, kind: str = "bm25", model: str | None = None, *, index_type: str = "flat",
+    def searcher(self, kind: RetrieverKind = "bm25", model: str | None = None, *, index_type: IndexType = "flat",
                  alpha: float | None = None, depth: int = DEFAULT_DEPTH) -> Searcher:  # fmt: skip
         """A `bm25`, `dense` or `hybrid` searcher (dense and hybrid: `model` is a model id of the
         `models` table, a folder or a Hugging Face name whose `index_type` index was built with
         `odqa index build`; hybrid: `alpha` weighs BM25, default the one `odqa tune-hybrid` stored)."""
-        return Searcher(self.storage, open_pipeline_searcher(self.storage, kind, model, index_type=index_type,
-                                                             alpha=alpha, depth=depth))  # fmt: skip
+        choice = RetrieverChoice(kind=kind, model=model, index_type=index_type, alpha=alpha, depth=depth)
+        return Searcher(self.storage, open_searcher(self.storage, choice).searcher)
 
     # -- reading -----------------------------------------------------------------------------
     def tables(self) -> list[str]:

@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO))
 from odqa.pipelines.dense.faiss_index import IndexParams  # noqa: E402
 from odqa.pipelines.dense.index_planner import calibrate, describe, plan_index, synthetic_vectors  # noqa: E402
 from odqa.pipelines.dense.sharded_encoding import EncodingManifest, write_manifest, write_shard  # noqa: E402
+from odqa.storage.choices import INDEX_TYPES  # noqa: E402
 
 SHARD = 50_000
 GIB = 1024**3
@@ -177,7 +178,7 @@ def main() -> None:
             results["builds"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "plan"}), flush=True)
         for memory in (args.memory_gb, None):
-            plans = [plan_index(costs, kind, 21_000_000, memory_gb=memory) for kind in ("flat", "hnsw", "ivfpq")]
+            plans = [plan_index(costs, kind, 21_000_000, memory_gb=memory) for kind in INDEX_TYPES]
             text = describe(plans, memory, costs)
             print(text, flush=True)
             results["projection_21M"][str(memory)] = text

@@ -69,7 +69,7 @@ def _encode(base: Path, scratch: Path, name: str, model: str, shard_size: int, a
             kill: subprocess.Popen | None = None) -> dict:  # fmt: skip
     from odqa.flows.encode import encode_flow
     from odqa.flows.task_runners import RunnerSettings
-    from odqa.models.workspace_search import dense_build
+    from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import read_manifest
     from odqa.storage import Workspace
     from odqa.storage.model_registry import resolve_model

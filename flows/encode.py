@@ -29,7 +29,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
 from ..models.retriever import load_retriever
-from ..models.workspace_search import dense_build, loaded_model
+from ..models.searchers import loaded_model
+from ..models.searchers.dense import dense_build
 from ..pipelines.dense.passage_diff import VectorReuse, write_keys
 from ..pipelines.dense.shard_plan import ShardRange, pending_shards
 from ..pipelines.dense.sharded_encoding import (
@@ -104,12 +105,12 @@ def _previous_vectors(ws: Workspace, ref: ModelRef, wanted) -> VectorReuse | Non
     return None
 
 
-def stored_dtype(ws: Workspace, model: str, dtype: str | None) -> str:
+def stored_dtype(ws: Workspace, ref: ModelRef, dtype: str | None) -> str:
     """The stored vector type to encode with: the given one, else the one the model's current
     embeddings have (a build that needs embeddings takes them as they are), else float32."""
     if dtype is not None:
         return dtype
-    existing = read_manifest(dense_build(ws, resolve_model(ws, model)).embeddings)
+    existing = read_manifest(dense_build(ws, ref).embeddings)
     return existing.dtype if existing is not None else "float32"
 
 
@@ -120,18 +121,17 @@ def _tell_restart(reason: str | None) -> None:
 
 
 @task(name="dense-encode")
-def encode_task(workspace: str, model: str, shard_size: int, batch_size: int, dtype: str,
+def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int, dtype: str,
                 precision: str) -> EncodeReport:  # fmt: skip
     """Encode in this process (one worker process per GPU when there are several), holding one of
     this machine's `gpu` slots."""
-    with gpu_slot(f"encode {model}"):
-        return _encode_here(workspace, model, shard_size, batch_size, dtype, precision)
+    with gpu_slot(f"encode {ref.name}"):
+        return _encode_here(workspace, ref, shard_size, batch_size, dtype, precision)
 
 
-def _encode_here(workspace: str, model: str, shard_size: int, batch_size: int, dtype: str,
+def _encode_here(workspace: str, ref: ModelRef, shard_size: int, batch_size: int, dtype: str,
                  precision: str) -> EncodeReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
-    ref = resolve_model(ws, model)
     remember_model(ws, ref)
     build = dense_build(ws, ref)
     retriever = loaded_model(ref.passage_path).model
@@ -155,7 +155,7 @@ def _encode_here(workspace: str, model: str, shard_size: int, batch_size: int, d
             removed = reuse.previous_count() - reuse.ids_kept(EncodedCorpus(build.embeddings).ids())
     manifest = result.manifest
     return EncodeReport(
-        model=model, embeddings=str(build.embeddings), passages=manifest.num_passages, shards=len(manifest.shards),
+        model=ref.name, embeddings=str(build.embeddings), passages=manifest.num_passages, shards=len(manifest.shards),
         dim=manifest.dim, dtype=manifest.dtype, precision=manifest.precision,
         encoded_now=result.encoded_passages - result.reused_passages, reused=result.reused_passages,
         removed=removed, seconds=round(time.perf_counter() - started, 3), devices=[d or "cpu" for d in devices],
@@ -303,17 +303,18 @@ def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:
 # --- the verb ------------------------------------------------------------------------------------
 
 
-def encode(ws: Workspace, model: str, shard_size: int = DEFAULT_SHARD_SIZE, batch_size: int = 128,
+def encode(ws: Workspace, ref: ModelRef, shard_size: int = DEFAULT_SHARD_SIZE, batch_size: int = 128,
            dtype: str | None = "float32", precision: str = "auto",
            runner: RunnerSettings | None = None) -> EncodeReport:  # fmt: skip
     """Encode in process (`encode_task`) or, given a runner (or `$ODQA_DASK_ADDRESS`), one mapped
     task per shard on it (`encode_mapped_flow`); the same embeddings either way. Existing
     embeddings of the model and passages keep their shard size; ``dtype`` None keeps their type."""
-    dtype = stored_dtype(ws, model, dtype)
+    dtype = stored_dtype(ws, ref, dtype)
     runner = mapping_runner(runner)
     if runner is None:
-        return encode_task(str(ws.root), model, shard_size, batch_size, dtype, precision)
-    return encode_on_runner(runner, model=model, workspace=str(ws.root), shard_size=shard_size,
+        return encode_task(str(ws.root), ref, shard_size, batch_size, dtype, precision)
+    # A flow's parameters are what its UI shows: the mapped flow gets the model's name and resolves it.
+    return encode_on_runner(runner, model=ref.name, workspace=str(ws.root), shard_size=shard_size,
                             batch_size=batch_size, dtype=dtype, precision=precision)  # fmt: skip
 
 
@@ -334,6 +335,6 @@ def encode_flow(
     embeddings are the same either way."""
     ws = Workspace.resolve(workspace)
     with flow_run_logs():  # progress records from any thread of this process reach this run's logs
-        report = encode(ws, model, shard_size, batch_size, dtype, precision, runner)
+        report = encode(ws, resolve_model(ws, model), shard_size, batch_size, dtype, precision, runner)
     stage_logger().info("encode %s: %s", model, report)
     return report

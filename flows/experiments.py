@@ -44,6 +44,7 @@ from ..pipelines.evaluation.experiment_table import (
 from ..pipelines.evaluation.metrics import DEFAULT_KS
 from ..storage import Workspace
 from ..storage.atomic import atomic_write_bytes
+from ..storage.choices import IndexType
 from ..storage.experiments import experiment_model, experiment_plot, experiment_stage
 from ..storage.fingerprint import fingerprint
 from .artifacts import publish_table
@@ -137,7 +138,7 @@ class Budget(BaseModel):
     bm25_negatives: int = Field(default=1, ge=1, le=30, description="BM25 hard negatives per question (P1)")
     mine_depth: int = Field(default=100, ge=1, description="Ranking depth mining looks at")
     mine_count: int = Field(default=30, ge=1, description="Mined negatives kept per question")
-    index_type: str = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
+    index_type: IndexType = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
 
 
 def _settings(base: str, train: list[str], evaluate: list[str], ks: list[int], rounds: int,

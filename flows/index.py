@@ -3,8 +3,10 @@
 The embeddings are encoded first when they are missing or stale (`flows.encode`). The build plan
 (RAM, disk, time; `pipelines.dense.index_planner`) is logged before every build; with a memory
 budget the index is split into parts that each fit it, or the build is refused. Verbs that search
-with a model (retrieve, search, tune-hybrid, mine, QSFT) call `ensure_dense_index`, which builds
-a missing or stale index the way this verb would and says so on the terminal.
+with a model and build what they need (retrieve, tune-hybrid, mine, QSFT) pass `ensure_dense_index`
+to `models.searchers.open_searcher`: it builds a missing or stale index the way this verb would
+and says so on the terminal. The model is resolved once, where the flow starts; the tasks get the
+resolved `ModelRef`.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from typing import Any
 
 from prefect import flow, task
 
-from ..models.workspace_search import LoadedModel, dense_build, dense_index_problem
-from ..pipelines.dense.faiss_index import INDEX_TYPES, IndexParams, build_faiss_index, read_index_metadata
+from ..models.searchers import EncoderCache
+from ..models.searchers.dense import dense_build, dense_index_problem
+from ..pipelines.dense.faiss_index import IndexParams, build_faiss_index, read_index_metadata
 from ..pipelines.dense.index_planner import plan_embeddings
 from ..pipelines.dense.sharded_encoding import DEFAULT_SHARD_SIZE
 from ..storage import Workspace
+from ..storage.choices import INDEX_TYPES, IndexType
 from ..storage.model_registry import ModelRef, resolve_model
 from ..storage.reports import Report
 from .console import tell
@@ -40,7 +44,7 @@ class IndexBuildReport(Report):
     release: str | None = None
 
 
-def index_params(index_type: str, hnsw_m: int | None = None, nlist: int | None = None, pq_m: int | None = None,
+def index_params(index_type: IndexType, hnsw_m: int | None = None, nlist: int | None = None, pq_m: int | None = None,
                  shards_per_part: int | None = None) -> IndexParams:  # fmt: skip
     if index_type not in INDEX_TYPES:
         raise ValueError(f"index type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -48,37 +52,36 @@ def index_params(index_type: str, hnsw_m: int | None = None, nlist: int | None =
     return IndexParams(hnsw_m=hnsw_m or defaults.hnsw_m, nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part)
 
 
-def planned_build(embeddings: Path, target: Path, index_type: str, params: IndexParams | None,
+def planned_build(embeddings: Path, target: Path, index_type: IndexType, params: IndexParams | None,
                   memory_gb: float | None) -> Any:  # fmt: skip
     """Plan the build (logged, refused when the memory budget cannot hold it), then build with the
     plan's parameters (parts sized to the budget). Returns the index metadata."""
-    plan, text = plan_embeddings(embeddings, index_type, params, memory_gb)  # type: ignore[arg-type]
+    plan, text = plan_embeddings(embeddings, index_type, params, memory_gb)
     stage_logger().info("%s", text)
-    return build_faiss_index(embeddings, target, index_type=index_type, params=plan.params)  # type: ignore[arg-type]
+    return build_faiss_index(embeddings, target, index_type=index_type, params=plan.params)
 
 
 @task(name="dense-index-build")
-def index_task(workspace: str, model: str, index_type: str, params: dict[str, Any],
+def index_task(workspace: str, ref: ModelRef, index_type: IndexType, params: dict[str, Any],
                memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
-    build = dense_build(ws, resolve_model(ws, model))
+    build = dense_build(ws, ref)
     folder = build.index(index_type)
     before = read_index_metadata(folder)
     meta = planned_build(build.embeddings, folder, index_type, IndexParams(**params), memory_gb)
-    return IndexBuildReport(model=model, index=str(folder), type=index_type, vectors=meta.num_vectors,
+    return IndexBuildReport(model=ref.name, index=str(folder), type=index_type, vectors=meta.num_vectors,
                             parts=len(meta.parts), params=meta.params,
                             noop=before is not None and before.to_json() == meta.to_json())  # fmt: skip
 
 
-def build_dense_index(ws: Workspace, model: str, index_type: str, params: IndexParams, *, batch_size: int = 128,
+def build_dense_index(ws: Workspace, ref: ModelRef, index_type: IndexType, params: IndexParams, *, batch_size: int = 128,
                       precision: str = "auto", runner: RunnerSettings | None = None,
                       memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
     """Encode (when needed), build, publish: what `odqa index build` does, inside any flow."""
     with flow_run_logs():
-        encoded = encode(ws, model, DEFAULT_SHARD_SIZE, batch_size, None, precision, runner)
-        report = index_task(str(ws.root), model, index_type, asdict(params), memory_gb)
+        encoded = encode(ws, ref, DEFAULT_SHARD_SIZE, batch_size, None, precision, runner)
+        report = index_task(str(ws.root), ref, index_type, asdict(params), memory_gb)
     report.noop = report.noop and encoded.noop
-    ref = resolve_model(ws, model)
     report.release = publish_indexes(ws, dense_build(ws, ref).passages_version,
                                      default_model=ref.passage_name).release.release  # fmt: skip
     return report
@@ -87,7 +90,7 @@ def build_dense_index(ws: Workspace, model: str, index_type: str, params: IndexP
 @flow(name="dense-index-build")
 def index_build_flow(
     model: str,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     workspace: str | None = None,
     hnsw_m: int | None = None,
     nlist: int | None = None,
@@ -121,28 +124,26 @@ def index_build_flow(
     """
     ws = Workspace.resolve(workspace)
     params = index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
-    report = build_dense_index(ws, model, index_type, params, batch_size=batch_size, precision=precision,
+    report = build_dense_index(ws, resolve_model(ws, model), index_type, params, batch_size=batch_size, precision=precision,
                                runner=runner, memory_gb=memory_gb)  # fmt: skip
     stage_logger().info("index build %s: %s", model, report)
     return report
 
 
-def ensure_dense_index(ws: Workspace, ref: ModelRef, index_type: str, question_model: LoadedModel | None = None
-                       ) -> None:  # fmt: skip
+def ensure_dense_index(ws: Workspace, ref: ModelRef, index_type: IndexType, encoders: EncoderCache) -> None:
     """Build the model's index when it is missing or stale, as `odqa index build` would (default
-    parameters), saying so on the terminal. Inside a flow run the build is a subflow (visible in
-    the UI); outside one (`odqa search` without a Prefect server) it runs directly."""
+    parameters), saying so on the terminal (a `models.searchers.IndexBuilder`). Inside a flow run
+    its tasks show in the UI; outside one they run directly."""
     from prefect.context import FlowRunContext
 
-    problem = dense_index_problem(ws, ref, index_type, question_model)
+    problem = dense_index_problem(ws, ref, index_type, encoders)
     if problem is None:
         return
-    tell("%s; building it (as odqa index build --model %s --type %s would) ...", problem, ref.passage_name,
-         index_type)  # fmt: skip
+    passage = ref.passage_side()
+    tell("%s; building it (as odqa index build --model %s --type %s would) ...", problem, passage.name, index_type)
     if FlowRunContext.get() is not None:
-        index_build_flow(model=ref.passage_name, index_type=index_type, workspace=str(ws.root))
+        build_dense_index(ws, passage, index_type, index_params(index_type))
         return
-    encode_task.fn(str(ws.root), ref.passage_name, DEFAULT_SHARD_SIZE, 128, stored_dtype(ws, ref.passage_name, None),
-                   "auto")
-    index_task.fn(str(ws.root), ref.passage_name, index_type, asdict(index_params(index_type)))
-    publish_indexes(ws, dense_build(ws, ref).passages_version, default_model=ref.passage_name)
+    encode_task.fn(str(ws.root), passage, DEFAULT_SHARD_SIZE, 128, stored_dtype(ws, passage, None), "auto")
+    index_task.fn(str(ws.root), passage, index_type, asdict(index_params(index_type)))
+    publish_indexes(ws, dense_build(ws, passage).passages_version, default_model=passage.name)

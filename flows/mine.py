@@ -11,29 +11,29 @@ process (FAISS searches are thread-safe on CPU; GPU indexes are searched in turn
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from prefect import flow, task
+from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
-from ..models.workspace_search import dense_build, loaded_model, mine_questions, open_dense_index
-from ..pipelines.dense.faiss_index import gpu_count, read_index_metadata
-from ..pipelines.dense.mining import TRAINING_MODES, MiningResult, round_negatives
+from ..models.searchers import RetrieverChoice, open_searcher
+from ..models.searchers.dense import open_dense_searcher
+from ..pipelines.dense.mining import TRAINING_MODES, MiningResult, mine_hard_negatives, round_negatives
 from ..pipelines.evaluation.answers import MatchMode, match_mode
-from ..pipelines.search.dense_searcher import DenseSearcher
-from ..pipelines.search.searcher import QUESTION_CHUNK
+from ..pipelines.search.searcher import QUESTION_CHUNK, Searcher, search_run
 from ..storage import Workspace
+from ..storage.choices import IndexType
 from ..storage.fingerprint import fingerprint
 from ..storage.index_layout import IndexLayout
-from ..storage.model_registry import resolve_model
+from ..storage.model_registry import ModelRef
+from ..storage.passages import passage_texts
 from ..storage.questions import load_questions, questions_fingerprint, set_hard_negatives
 from ..storage.reports import Report
+from .index import ensure_dense_index
 from .runtime import flow_run_logs, stage_logger
-from .searchers import dense_searcher
 from .stages import finished_report
 from .task_runners import (
     RestoreTorchThreads,
@@ -63,6 +63,15 @@ class MineReport(Report):
     negatives_file: str
 
 
+def mine_questions(ws: Workspace, searcher: Searcher, questions: pa.Table, depth: int, count: int,
+                   mode: MatchMode) -> MiningResult:  # fmt: skip
+    """Hard negatives of `questions` (question_id, question, answers, positive_ids): each one's top
+    `depth` passages minus gold and answer-bearing ones, the best `count` kept."""
+    run = pa.concat_tables(list(search_run(searcher, questions, depth)))
+    texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False)
+    if missing:
+        raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
+    return mine_hard_negatives(run, questions, texts, num_negatives=count, depth=depth, mode=mode)
 
 
 def first_round_negatives(ws: Workspace, dataset: str, split: str, questions: pa.Table) -> pa.Table:
@@ -90,7 +99,7 @@ def mine_flow(
     mode: str = "single-set",
     depth: int = 100,
     count: int = 30,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     workspace: str | None = None,
     runner: RunnerSettings | None = None,
     question_batch: int = 4 * QUESTION_CHUNK,
@@ -115,8 +124,9 @@ def mine_flow(
     if mode not in TRAINING_MODES:
         raise ValueError(f"mode must be one of {TRAINING_MODES}, got {mode!r}")
     ws = Workspace.resolve(workspace)
-    ref = resolve_model(ws, model)
-    opened = dense_searcher(ws, ref, index_type)
+    opened = open_searcher(ws, RetrieverChoice(kind="dense", model=model, index_type=index_type),
+                           ensure_index=ensure_dense_index)  # fmt: skip
+    ref: ModelRef = opened.ref  # type: ignore[assignment]
     stage = f"mine:{dataset}:{split}"
     questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question", "answers", "positive_ids"])
     stage_fp = fingerprint(stage, opened.config, mode, depth, count, questions_fp)
@@ -131,7 +141,7 @@ def mine_flow(
         if settings is None:
             mined = mine_questions(ws, opened.searcher, questions.select(MINE_COLUMNS), depth, count, matching)
         else:
-            mined = mine_on_runner(settings, model=model, dataset=dataset, split=split, depth=depth, count=count,
+            mined = mine_on_runner(settings, ref=ref, dataset=dataset, split=split, depth=depth, count=count,
                                    index_type=index_type, batch=question_batch, workspace=str(ws.root),
                                    match=matching)  # fmt: skip
     p2_file = IndexLayout.of(ws).write_negatives(mined_negatives_name(ref.key, dataset, split), mined.negatives)
@@ -152,71 +162,42 @@ def mine_flow(
 # --- one task per batch of questions on a task runner -------------------------------------------
 
 
-_indexes: dict[str, tuple[str | None, Any]] = {}  # per process: index folder -> (identity, index)
-_indexes_lock = threading.Lock()
-
-
-class _OneSearchAtATime:
-    """An index on GPUs, which FAISS does not let two threads search at once."""
-
-    def __init__(self, index: Any) -> None:
-        self.index, self.lock, self.meta = index, threading.Lock(), index.meta
-
-    def search_run(self, queries: np.ndarray, k: int, question_ids: pa.Array) -> pa.Table:
-        with self.lock:
-            return self.index.search_run(queries, k, question_ids)
-
-
-def _process_index(ws: Workspace, model: str, index_type: str):
-    """The model's index, loaded (and checked for staleness) once per process and index build;
-    CPU indexes are searched by several threads at once, GPU ones in turn."""
-    ref = resolve_model(ws, model)
-    folder = dense_build(ws, ref).index(index_type)
-    meta = read_index_metadata(folder)
-    identity = meta.to_json() if meta is not None else None
-    with _indexes_lock:
-        cached = _indexes.get(str(folder))
-        if cached is None or cached[0] != identity:
-            index = open_dense_index(ws, ref, index_type, loaded_model(ref.path))
-            _indexes[str(folder)] = (identity, _OneSearchAtATime(index) if gpu_count() else index)
-        return _indexes[str(folder)][1]
-
-
 @task(name="dense-mine-batch", cache_policy=NO_CACHE)
 def mine_batch_task(
-    workspace: str, model: str, index_type: str, questions: dict[str, list], depth: int, count: int, mode: MatchMode,
+    workspace: str, ref: ModelRef, index_type: IndexType, questions: dict[str, list], depth: int, count: int,
+    mode: MatchMode,
     threads: int | None,
 ) -> MiningResult:  # fmt: skip
     """Hard negatives of one batch of questions (a MiningResult): `mine_questions` on the model and
     index this worker holds."""
     limit_threads(threads)
     ws = Workspace.resolve(workspace)
-    searcher = DenseSearcher(loaded_model(resolve_model(ws, model).path).model, _process_index(ws, model, index_type))
+    searcher, _ = open_dense_searcher(ws, ref, index_type, shared_index=True)
     return mine_questions(ws, searcher, pa.table(questions), depth, count, mode)
 
 
 @flow(name="mine-negatives-mapped")
 def mine_mapped_flow(
-    model: str,
+    ref: ModelRef,
     dataset: str,
     split: str,
     depth: int = 100,
     count: int = 30,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     batch: int = 4 * QUESTION_CHUNK,
     threads: int | None = None,
     workspace: str | None = None,
     match: MatchMode = "string",
 ) -> MiningResult:
     """Mined negatives (a MiningResult, as `mine_hard_negatives` over the whole split gives) with one
-    task per `batch` questions on this flow's task runner."""
+    task per `batch` questions on this flow's task runner; `ref` is the model `mine_flow` resolved."""
     if batch < 1:
         raise ValueError(f"batch must be positive, got {batch}")
     ws = Workspace.resolve(workspace)
     questions = load_questions(ws, dataset, split, MINE_COLUMNS)
     chunks = [questions.slice(start, batch).to_pydict() for start in range(0, questions.num_rows, batch)]
     with RestoreTorchThreads():
-        futures = mine_batch_task.map(str(ws.root), model, index_type, chunks, depth, count, match, threads)
+        futures = mine_batch_task.map(str(ws.root), unmapped(ref), index_type, chunks, depth, count, match, threads)
         parts = futures.result()
     # One sorted list, as mining the whole split at once gives (it orders questions by id).
     negatives = pa.concat_tables([p.negatives for p in parts]).sort_by("question_id")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from prefect import flow
 
+from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.evaluation.answers import AnswerMatcher
 from ..pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
 from ..pipelines.retrieval.negatives import MAX_HARD_NEGATIVES, select_hard_negatives
@@ -21,7 +22,6 @@ from ..storage.passages import passage_texts
 from ..storage.questions import load_questions, questions_fingerprint, set_hard_negatives
 from ..storage.reports import Report
 from .runtime import stage_logger
-from .searchers import RetrieverChoice, open_searcher
 from .stages import finished_report
 
 QUESTION_COLUMNS = ["question_id", "question", "answers", "positive_ids"]

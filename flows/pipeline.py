@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field
 from ..models.settings import Amp
 from ..pipelines.questions.specs import DatasetSpec
 from ..storage import Workspace
+from ..storage.choices import IndexType
 from ..storage.demo_queries import DEMO_QUERIES
 from ..storage.fingerprint import file_sha256, fingerprint
 from ..storage.index_layout import IndexLayout
@@ -148,7 +149,7 @@ class EvaluationSettings(BaseModel):
     k: int = Field(default=100, ge=1, description="Passages retrieved per question")
     zero_shot: bool = Field(default=True, description="Also evaluate the untrained base checkpoint")
     hybrid_with: str | None = Field(default="dpr", description="Architecture fused with BM25 (none: no hybrid)")
-    index_type: str = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
+    index_type: IndexType = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
 
 
 # --- stages and their cache keys -------------------------------------------------------------

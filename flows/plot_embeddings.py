@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 from prefect import flow
 
-from ..models.workspace_search import loaded_model
+from ..models.searchers import loaded_model
 from ..pipelines.dense.tsne_plot import plot_towers, project_towers
 from ..storage import Workspace
 from ..storage.model_registry import resolve_model

@@ -16,18 +16,20 @@ from pathlib import Path
 from prefect import flow
 
 from ..models.retriever import load_retriever
-from ..models.workspace_search import dense_build, loaded_model, open_dense_index
+from ..models.searchers import RetrieverChoice, open_searcher
+from ..models.searchers.dense import dense_build
 from ..pipelines.dense.qsft import QsftConfig, query_side_finetune
 from ..pipelines.dense.sharded_encoding import EncodedCorpus
 from ..pipelines.evaluation.answers import match_mode
 from ..pipelines.questions.specs import DatasetSpec
 from ..storage import Workspace
+from ..storage.choices import IndexType
 from ..storage.fingerprint import fingerprint
 from ..storage.model_registry import (
+    ModelRef,
     check_model_id,
     model_is_registered,
     register_model,
-    resolve_model,
     write_qsft_marker,
 )
 from ..storage.passages import all_passage_texts
@@ -55,7 +57,7 @@ def qsft_flow(
     model: str,
     train: list[str],
     model_id: str,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     epochs: int = 2,
     batch_size: int = 24,
     lr: float = 2e-5,
@@ -68,16 +70,16 @@ def qsft_flow(
     (NAME:SPLIT each) and register the result as MODEL_ID (see the module doc)."""
     ws = Workspace.resolve(workspace)
     check_model_id(model_id)
-    ref = resolve_model(ws, model)
     specs = [DatasetSpec.parse(s, with_weight=False) for s in train]
-    question_model = loaded_model(ref.path)
-    ensure_dense_index(ws, ref, index_type, question_model)
-    index = open_dense_index(ws, ref, index_type, question_model)
+    opened = open_searcher(ws, RetrieverChoice(kind="dense", model=model, index_type=index_type),
+                           ensure_index=ensure_dense_index)  # fmt: skip
+    ref: ModelRef = opened.ref  # type: ignore[assignment]
+    index = opened.searcher.index  # type: ignore[attr-defined]
     params = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "warmup_steps": warmup_steps, "top_k": top_k,
               "seed": seed}  # fmt: skip
     stage = f"qsft-{model_id}"
     questions_fp = [questions_fingerprint(ws, s.dataset, s.split, ["question_id", "question", "answers"]) for s in specs]
-    stage_fp = fingerprint(stage, question_model.fingerprint, index.meta.to_json(), index_type,
+    stage_fp = fingerprint(stage, opened.config["question_model_fingerprint"], index.meta.to_json(), index_type,
                            [s.name for s in specs], params, questions_fp)  # fmt: skip
     done = finished_report(ws, stage, stage_fp, QsftReport, "same model, index, questions and parameters")
     if done is not None and model_is_registered(ws, model_id):

@@ -41,6 +41,7 @@ from ..pipelines.evaluation.metrics import DEFAULT_KS
 from ..pipelines.questions.holdout import split_holdout
 from ..pipelines.questions.specs import DatasetSpec
 from ..storage import Workspace
+from ..storage.choices import IndexType
 from ..storage.experiments import (
     RECIPE,
     final_stage,
@@ -184,7 +185,7 @@ class RecipePlan:
     evaluate: list[tuple[str, str]]
     ks: list[int]
     k: int
-    index_type: str
+    index_type: IndexType
     base_fp: str  # everything a round's model depends on
 
     @property
@@ -361,7 +362,7 @@ def train_rounds_flow(
     tune_k: int = 20,
     ks: list[int] | None = None,
     k: int = 100,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     workspace: str | None = None,
 ) -> RecipeReport:
     """TASER's recipe: BM25 negatives, train, mine with the trained model, train again (ROUNDS

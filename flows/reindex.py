@@ -32,8 +32,9 @@ from typing import Any, ClassVar
 from prefect import flow
 
 from ..storage import Workspace
+from ..storage.choices import IndexType
 from ..storage.metrics import metric_rows, numeric_figures
-from ..storage.model_registry import newest_model, resolve_model
+from ..storage.model_registry import ModelRef, newest_model, resolve_model
 from ..storage.passages import require_passages
 from ..storage.releases import current_release, reindex_lock
 from ..storage.reports import Report
@@ -110,12 +111,12 @@ def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str) -> d
     return ingested
 
 
-def _dense_figures(ws: Workspace, model: str, index_type: str, batch_size: int, shard_size: int,
+def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
                    runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
     """Encode (reusing unchanged vectors) and build the production model's index; their figures."""
-    encoded = encode(ws, model, shard_size, batch_size, "float32", "auto", runner)
+    encoded = encode(ws, ref, shard_size, batch_size, "float32", "auto", runner)
     started = time.perf_counter()
-    built = index_task(str(ws.root), model, index_type, asdict(index_params(index_type)), memory_gb)
+    built = index_task(str(ws.root), ref, index_type, asdict(index_params(index_type)), memory_gb)
     return {"encoded_passages": encoded.passages, "reencoded_passages": encoded.encoded_now,
             "reused_passages": encoded.reused, "removed_passages": encoded.removed,
             "encode_seconds": encoded.seconds,
@@ -132,7 +133,7 @@ def reindex_flow(
     passages_format: str = "dpr-tsv",
     model: str | None = None,
     watch: str | None = None,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     bm25: bool = True,
     dense: bool = True,
     wait_seconds: float = 0.0,
@@ -190,6 +191,7 @@ def reindex_flow(
             raise ValueError("the passages table is empty: give a dump or passages to ingest")
         version = require_passages(ws)
         chosen = production_model(ws, model) if dense else None
+        ref = resolve_model(ws, chosen) if chosen else None
         figures: dict[str, Any] = {"passages": ws.rows("passages")}
         log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
         dumped = ingested.get("dump")
@@ -200,8 +202,8 @@ def reindex_flow(
             built = build_bm25(ws, threads)
             figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
         if dense:
-            figures.update(_dense_figures(ws, chosen, index_type, batch_size, shard_size, runner, memory_gb))  # type: ignore[arg-type]
-        default = resolve_model(ws, chosen).passage_name if chosen else None
+            figures.update(_dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb))  # type: ignore[arg-type]
+        default = ref.passage_name if ref is not None else None
         published = publish_indexes(ws, version, default_model=default, figures=figures, keep=keep, narrower=True)
     release = published.release
     report = ReindexReport(release=release.release, previous=published.previous, passages_version=version,

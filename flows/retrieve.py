@@ -1,6 +1,6 @@
 """`odqa retrieve`: the top passages of every question of a dataset split, into the `runs` table.
 
-One stage for every retriever (BM25, dense, hybrid; `flows.searchers`): the run is keyed on the
+One stage for every retriever (BM25, dense, hybrid; opened by `models.searchers`): the run is keyed on the
 retriever's configuration (index, model fingerprints, parameters) and the questions, so
 re-running it unchanged is a no-op, and a run of the same name with other inputs replaces the
 old rows (and their metrics, see `storage.runs`) in one commit.
@@ -17,13 +17,14 @@ import pyarrow as pa
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from ..models.workspace_search import bm25_searcher
+from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.dense.hybrid import DEFAULT_DEPTH
 from ..pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
 from ..pipelines.retrieval.run_cards import write_run_card
 from ..pipelines.retrieval.trec import write_trec_run
 from ..pipelines.search.searcher import search_run
 from ..storage import Workspace
+from ..storage.choices import IndexType, RetrieverKind
 from ..storage.fingerprint import fingerprint
 from ..storage.questions import load_questions, questions_fingerprint
 from ..storage.reports import Report
@@ -35,8 +36,8 @@ from ..storage.runs import (
     run_source,
     with_run_name,
 )
+from .index import ensure_dense_index
 from .runtime import flow_run_logs, stage_logger
-from .searchers import RetrieverChoice, open_searcher
 from .stages import finished_report
 from .task_runners import RunnerSettings
 
@@ -72,7 +73,7 @@ def write_trec(ws: Workspace, run: str, out: str) -> tuple[str, int]:
 @task(name="bm25-search-batch", tags=["cpu-parallel"], cache_policy=NO_CACHE)
 def bm25_search_batch(workspace: str, questions: dict[str, list[str]], k: int, k1: float, b: float) -> pa.Table:
     """BM25 top-k of one batch of questions (one mapped task per batch, one search thread each)."""
-    searcher = bm25_searcher(Workspace.resolve(workspace), k1=k1, b=b, threads=1)
+    searcher = open_searcher(Workspace.resolve(workspace), RetrieverChoice(kind="bm25", k1=k1, b=b, threads=1)).searcher
     try:
         return pa.concat_tables(list(search_run(searcher, pa.table(questions), k)))
     finally:
@@ -117,7 +118,7 @@ def retrieve(ws: Workspace, choice: RetrieverChoice, dataset: str, split: str, r
     check_run_name(run)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    opened = open_searcher(ws, choice)
+    opened = open_searcher(ws, choice, ensure_index=ensure_dense_index)
     try:
         questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question"])
         stage_fp = fingerprint(run_record_stage(run), choice.kind, dataset, split, k, opened.config, questions_fp)
@@ -149,11 +150,11 @@ def retrieve_flow(
     dataset: str,
     split: str,
     run: str,
-    retriever: str = "bm25",
+    retriever: RetrieverKind = "bm25",
     k: int = 100,
     model: str | None = None,
     alpha: float | None = None,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     depth: int = DEFAULT_DEPTH,
     k1: float = DEFAULT_K1,
     b: float = DEFAULT_B,
@@ -181,6 +182,6 @@ def retrieve_flow(
         workspace: Workspace directory (default: $ODQA_WORKSPACE, else ./workspace).
         runner: bm25: search batches of questions as tasks on this task runner (threads, processes, Dask).
     """
-    choice = RetrieverChoice(kind=retriever, model=model, index_type=index_type, alpha=alpha, depth=depth,  # type: ignore[arg-type]
+    choice = RetrieverChoice(kind=retriever, model=model, index_type=index_type, alpha=alpha, depth=depth,
                              k1=float(k1), b=float(b), threads=threads)  # fmt: skip
     return retrieve(Workspace.resolve(workspace), choice, dataset, split, run, k, trec, runner)

@@ -15,12 +15,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow
 
+from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.dense.hybrid import candidate_hits, tune_alpha
 from ..pipelines.evaluation.answers import match_mode
 from ..pipelines.questions.specs import DatasetSpec
 from ..pipelines.search.hybrid_searcher import HybridSearcher
 from ..pipelines.search.searcher import QUESTION_CHUNK
 from ..storage import Workspace
+from ..storage.choices import IndexType
 from ..storage.fingerprint import fingerprint
 from ..storage.index_layout import IndexLayout
 from ..storage.metrics import metric_rows
@@ -28,9 +30,9 @@ from ..storage.passages import passage_texts
 from ..storage.questions import load_questions, questions_fingerprint
 from ..storage.releases import current_release
 from ..storage.reports import Report
+from .index import ensure_dense_index
 from .publish import publish_indexes
 from .runtime import flow_run_logs, stage_logger
-from .searchers import RetrieverChoice, open_searcher
 from .stages import finished_report
 
 QUESTION_COLUMNS = ["question_id", "question", "answers"]
@@ -74,7 +76,7 @@ def tune_hybrid_flow(
     dev: list[str],
     k: int = 20,
     depth: int = 100,
-    index_type: str = "flat",
+    index_type: IndexType = "flat",
     workspace: str | None = None,
 ) -> TuneHybridReport:
     """TASER's single alpha: best dev R@k over 0.5..2.0 (step 0.1) on the combined dev sets.
@@ -93,7 +95,7 @@ def tune_hybrid_flow(
     specs = [DatasetSpec.parse(s, with_weight=False) for s in dev]
     # alpha is what is tuned: the searcher opens with any value and is asked for candidates only.
     opened = open_searcher(ws, RetrieverChoice(kind="hybrid", model=model, index_type=index_type, alpha=1.0,
-                                               depth=depth))  # fmt: skip
+                                               depth=depth), ensure_index=ensure_dense_index)  # fmt: skip
     ref = opened.ref
     stage = f"tune-hybrid:{ref.key}"  # type: ignore[union-attr]
     config = {key: value for key, value in opened.config.items() if key != "alpha"}

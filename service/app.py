@@ -37,9 +37,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..pipelines.dense.hybrid import DEFAULT_DEPTH
 from ..pipelines.search.hits import Hits, Ranked
 from ..pipelines.search.hybrid_searcher import fused_hits
 from ..storage import Workspace
+from ..storage.choices import INDEX_TYPES, RETRIEVER_KINDS, IndexType, RetrieverKind
 from ..storage.releases import NoReleaseError
 from .releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
 from .rest_v1 import rest_v1_router
@@ -47,16 +49,13 @@ from .validation import MAX_QUESTION_CHARS, checked_text
 
 log = logging.getLogger("odqa.serve")
 
-SERVED_RETRIEVERS = ("bm25", "dense", "hybrid")
 MAX_BATCH = 256
 MAX_K = 10_000
 MAX_BODY_BYTES = 1_048_576
 MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
-HYBRID_DEPTH = 100  # TASER's K': candidates taken from each side before fusing
 PAGE = Path(__file__).resolve().parent / "static" / "search.html"
 DOCS_PAGE = PAGE.with_name("docs.html")
 BODY_TIMEOUT_S = 10.0  # the whole body, from the end of the headers (service.connections times the headers)
-INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
@@ -261,8 +260,8 @@ def _check_model(requested: str | None, release: LoadedRelease) -> None:
 
 def _pick_retriever(requested: str | None, default: str, release: LoadedRelease) -> str:
     name = requested or default
-    if name not in SERVED_RETRIEVERS:
-        raise ClientError(400, f"unknown retriever {name[:40]!r}: expected one of {', '.join(SERVED_RETRIEVERS)}")
+    if name not in RETRIEVER_KINDS:
+        raise ClientError(400, f"unknown retriever {name[:40]!r}: expected one of {', '.join(RETRIEVER_KINDS)}")
     if name not in release.retrievers:
         raise ClientError(400, f"index version {release.release} has no {name} index "
                                f"(available: {', '.join(release.retrievers) or 'none'})")  # fmt: skip
@@ -284,19 +283,19 @@ async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k:
     if retriever in ("dense", "bm25"):
         batcher = release.dense if retriever == "dense" else release.bm25
         return await asyncio.wrap_future(batcher.submit([(q, k) for q in questions]))  # type: ignore[union-attr]
-    depth = max(HYBRID_DEPTH, k)
+    depth = max(DEFAULT_DEPTH, k)  # TASER's K': candidates taken from each side before fusing
     dense, sparse = await asyncio.gather(asyncio.wrap_future(release.dense.submit([(q, depth) for q in questions])),  # type: ignore[union-attr]
                                          asyncio.wrap_future(release.bm25.submit([(q, depth) for q in questions])))  # type: ignore[union-attr]  # fmt: skip
     fused = fused_hits(Hits.from_ranked(dense), Hits.from_ranked(sparse), alpha, k, depth)  # type: ignore[arg-type]
     return fused.ranked()
 
 
-def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: str = "dense",
-               index_type: str | None = None, poll_s: float = 1.0,
+def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: RetrieverKind = "dense",
+               index_type: IndexType | None = None, poll_s: float = 1.0,
                batching: BatchSettings | None = None, body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:  # fmt: skip
     """The service over `workspace`'s published indexes; it starts following the pointer on startup."""
-    if retriever not in SERVED_RETRIEVERS:
-        raise ValueError(f"retriever must be one of {', '.join(SERVED_RETRIEVERS)}, got {retriever!r}")
+    if retriever not in RETRIEVER_KINDS:
+        raise ValueError(f"retriever must be one of {', '.join(RETRIEVER_KINDS)}, got {retriever!r}")
     if index_type is not None and index_type not in INDEX_TYPES:
         raise ValueError(f"index type must be one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
     ws = Workspace.resolve(workspace)

@@ -4,10 +4,11 @@ Every index build publishes the workspace's current indexes as a release and swi
 pointer (`storage.releases`). A long-running service follows that pointer without ever answering
 from a half-loaded index or freeing an index a request is still reading:
 
-* :class:`LoadedRelease` is one release in memory: its searchers (`pipelines.search`) and the
-  passage texts, with a reference count of the requests using it. Dense search (question
-  encoding + FAISS) and BM25 search each run on a :class:`~pipelines.microbatch.MicroBatcher`,
-  so concurrent requests share batches; the JVM searcher is only called from one thread.
+* :class:`LoadedRelease` is one release in memory: its searchers (opened, as every searcher is,
+  by `models.searchers`, with one encoder cache shared by all releases) and the passage texts,
+  with a reference count of the requests using it. Dense search (question encoding + FAISS) and
+  BM25 search each run on a :class:`~pipelines.microbatch.MicroBatcher`, so concurrent requests
+  share batches; the JVM searcher is only called from one thread.
 * :class:`ReleaseHolder` polls the pointer (every second by default; no inotify needed). When it
   names a new release, the holder loads it *beside* the old one, swaps one reference under a
   lock, and frees the old release when its last in-flight request returns. A release that fails
@@ -30,22 +31,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..models.retriever import load_retriever
-from ..pipelines.dense.faiss_index import open_faiss_index
+from ..models.searchers import EncoderCache
+from ..models.searchers.release import open_release_bm25, open_release_dense
 from ..pipelines.microbatch import MicroBatcher
-from ..pipelines.retrieval.bm25 import open_bm25_index
 from ..pipelines.search.bm25_searcher import Bm25Searcher
 from ..pipelines.search.dense_searcher import DenseSearcher
 from ..pipelines.search.hits import Hits, Ranked
 from ..storage import Workspace
-from ..storage.model_registry import resolve_model
+from ..storage.choices import IndexType, RetrieverKind
+from ..storage.model_registry import ModelRef, resolve_model
 from ..storage.passages import passages_by_id
 from ..storage.releases import DenseRelease, NoReleaseError, Release, pointer_path, read_pointer
 
 log = logging.getLogger("odqa.serve")
-
-INDEX_PREFERENCE = ("flat", "hnsw", "ivfpq")  # what a release's dense side is searched with, unless told
-
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -66,23 +64,6 @@ class BatchSettings:
     max_wait_s: float = 0.005
     max_items: int = 256
     encoder_workers: int = 1
-
-
-class EncoderCache:
-    """Question encoders by model path, loaded once and shared by every release that uses them
-    (one model for all encoder workers: its forward is safe to share, tokenizing takes a lock)."""
-
-    def __init__(self) -> None:
-        self._encoders: dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, path: str):
-        with self._lock:
-            if path not in self._encoders:
-                started = time.perf_counter()
-                self._encoders[path] = load_retriever(path)
-                log.info("loaded question encoder %s in %.1fs", path, time.perf_counter() - started)
-            return self._encoders[path]
 
 
 Batch = list[tuple[str, int]]  # (question, k) of each request in a micro-batch
@@ -110,7 +91,7 @@ class LoadedRelease:
     """One complete release in memory, reference-counted by the requests using it."""
 
     def __init__(self, release: Release, dense_entry: DenseRelease | None, dense: DenseSearcher | None,
-                 bm25: Bm25Searcher | None, index_type: str | None,
+                 bm25: Bm25Searcher | None, index_type: IndexType | None,
                  passages: dict[str, tuple[str | None, str | None]], batching: BatchSettings,
                  expected: Callable[[], int] | None) -> None:  # fmt: skip
         self.record = release
@@ -137,12 +118,13 @@ class LoadedRelease:
         return self.dense_entry.model if self.dense_entry is not None else None
 
     @property
-    def retrievers(self) -> list[str]:
-        names = [name for name, part in (("bm25", self.bm25), ("dense", self.dense)) if part is not None]
+    def retrievers(self) -> list[RetrieverKind]:
+        names: list[RetrieverKind] = [name for name, part in (("bm25", self.bm25), ("dense", self.dense))
+                                      if part is not None]  # fmt: skip
         return names + (["hybrid"] if len(names) == 2 else [])
 
     @property
-    def listed_retrievers(self) -> list[str]:
+    def listed_retrievers(self) -> list[RetrieverKind]:
         """What GET /index offers: hybrid only with a tuned alpha in the release, since a hybrid
         request without one is refused (an explicit `alpha` is still accepted)."""
         return [name for name in self.retrievers if name != "hybrid" or self.stored_alpha is not None]
@@ -183,59 +165,23 @@ class LoadedRelease:
         log.info("freed release %s", self.release)
 
 
-def _dense_side(ws: Workspace, release: Release, model: str | None, index_type: str | None
-                ) -> tuple[DenseRelease, str, str] | None:  # fmt: skip
-    """(the release's dense entry, the question encoder's path, the index type) the service
-    searches with: `model` (its own or a query-side fine-tune of a served model), else the
-    release's default; None when the release has no dense index."""
-    if not release.dense:
-        return None
-    if model is None:
-        entry = release.dense_of(release.default_model) if release.default_model else release.dense[0]
-        question_path = entry.model_path  # type: ignore[union-attr]
-    else:
-        ref = resolve_model(ws, model)
-        entry = release.dense_of(ref.passage_name) or release.dense_of(ref.passage_key)
-        if entry is None:
-            served = ", ".join(e.model for e in release.dense)
-            raise ValueError(f"release {release.release} has no index of model {ref.passage_name!r} (the passage side "
-                             f"of {model!r}); it serves {served}")  # fmt: skip
-        question_path = ref.path
-    chosen = index_type or next(t for t in INDEX_PREFERENCE if t in entry.indexes)  # type: ignore[union-attr]
-    if chosen not in entry.indexes:  # type: ignore[union-attr]
-        raise ValueError(f"release {release.release} has no {chosen} index of model {entry.model!r} "  # type: ignore[union-attr]
-                         f"(it has {', '.join(entry.indexes)})")  # type: ignore[union-attr]  # fmt: skip
-    return entry, question_path, chosen  # type: ignore[return-value]
-
-
-def load_release(ws: Workspace, release: Release, *, model: str | None, index_type: str | None,
+def load_release(ws: Workspace, release: Release, *, model: ModelRef | None, index_type: IndexType | None,
                  encoders: EncoderCache, batching: BatchSettings,
                  expected: Callable[[], int] | None = None) -> LoadedRelease:  # fmt: skip
-    """Load a published release; any problem raises (the caller keeps its old release)."""
+    """Load a published release (its searchers opened by `models.searchers.release`); any problem
+    raises (the caller keeps its old release)."""
     started = time.perf_counter()
-    root = ws.indexes_dir
-    dense = entry = chosen = None
-    side = _dense_side(ws, release, model, index_type)
-    if side is not None:
-        entry, question_path, chosen = side
-        encoder = encoders.get(question_path)
-        index = open_faiss_index(root / entry.indexes[chosen], mmap=None)  # budget-split parts are memory-mapped
-        if index.meta.model_fingerprint != (encoders.get(entry.model_path).config_fingerprint()
-                                            if question_path != entry.model_path else encoder.config_fingerprint()):
-            raise ValueError(f"release {release.release}: the {chosen} index of {entry.model!r} was built from other "
-                             "weights than the model now at its path (retrained under the same id?)")  # fmt: skip
-        dense = DenseSearcher(encoder, index)
-    bm25 = None
-    if release.bm25:
-        bm25 = Bm25Searcher(open_bm25_index(root / release.bm25, release.passages_version),
-                            threads=min(4, os.cpu_count() or 1))  # fmt: skip
+    side = open_release_dense(ws, release, model, index_type, encoders)
+    dense = side.searcher if side is not None else None
+    bm25 = open_release_bm25(ws, release)
     try:
         ids = dense.index.ids if dense is not None else None
         passages = passages_by_id(ws, ids)
         if dense is not None and len(passages) != dense.index.num_vectors:
             raise ValueError(f"release {release.release}: {dense.index.num_vectors} vectors but {len(passages)} of "
                              "their passages in the passages table")  # fmt: skip
-        loaded = LoadedRelease(release, entry, dense, bm25, chosen, passages, batching, expected)
+        loaded = LoadedRelease(release, side.entry if side else None, dense, bm25, side.index_type if side else None,
+                               passages, batching, expected)  # fmt: skip
     except BaseException:
         if bm25 is not None:
             bm25.close()
@@ -259,7 +205,7 @@ class ReleaseHolder:
     when a newer one was swapped in meanwhile.
     """
 
-    def __init__(self, ws: Workspace, *, model: str | None = None, index_type: str | None = None,
+    def __init__(self, ws: Workspace, *, model: str | None = None, index_type: IndexType | None = None,
                  batching: BatchSettings | None = None, poll_s: float = 1.0,
                  expected: Callable[[], int] | None = None) -> None:  # fmt: skip
         self.ws = ws
@@ -324,7 +270,9 @@ class ReleaseHolder:
             return False
         self._seen = (wanted, mtime)
         try:
-            fresh = load_release(self.ws, pointed, model=self.model, index_type=self.index_type,  # type: ignore[arg-type]
+            # `--model` is resolved once per release: a model registered after the start is found.
+            model = resolve_model(self.ws, self.model) if self.model is not None else None
+            fresh = load_release(self.ws, pointed, model=model, index_type=self.index_type,  # type: ignore[arg-type]
                                  encoders=self.encoders, batching=self.batching, expected=self.expected)  # fmt: skip
         except Exception as error:
             self._failed(wanted, f"{type(error).__name__}: {error}")

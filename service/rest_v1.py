@@ -24,10 +24,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from ..pipelines.search.hits import Ranked
+from ..storage.choices import RETRIEVER_KINDS
 from .releases import LoadedRelease, ReleaseHolder, model_display_name
 from .validation import checked_text
-
-RETRIEVERS = ("bm25", "dense", "hybrid")
 
 # (release, retriever, questions, k, alpha) -> per question its (passage_id, score) hits, best first
 SearchFn = Callable[[LoadedRelease, str, list[str], int, float | None], Awaitable[list[Ranked]]]
@@ -54,7 +53,7 @@ def _indexes(release: LoadedRelease) -> list[str]:
 
 def retriever_of(index: str, release: LoadedRelease) -> str:
     """The retriever `{index}` names in this release; 404 when it names none."""
-    if index in RETRIEVERS and index in release.retrievers:
+    if index in RETRIEVER_KINDS and index in release.retrievers:
         return index
     if "dense" in release.retrievers and release.model and index in {release.model,
                                                                      model_display_name(release.model)}:  # fmt: skip

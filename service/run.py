@@ -7,14 +7,15 @@ import logging
 import os
 import signal
 
+from ..storage.choices import IndexType, RetrieverKind
 from .app import create_app, log
 from .connections import uvicorn_config
 from .releases import BatchSettings
 
 
-def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: str,
+def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: RetrieverKind,
           max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
-          encoder_workers: int | None = None, index_type: str | None = None) -> None:  # fmt: skip
+          encoder_workers: int | None = None, index_type: IndexType | None = None) -> None:  # fmt: skip
     """Run the service with uvicorn until interrupted (one process, one event loop).
 
     `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .atomic import atomic_write_json, slug, write_parquet_atomic
+from .choices import INDEX_TYPES, IndexType
 from .workspace import Workspace
 
 BM25_DIR = "bm25"
@@ -33,7 +34,6 @@ EMBEDDINGS_DIR = "embeddings"
 MODEL_FILE = "model.json"
 HYBRID_FILE = "hybrid.json"
 NEGATIVES_DIR = "negatives"
-INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 BM25_METADATA = "odqa-index.json"  # what pipelines.retrieval.bm25 writes into a finished index
 FAISS_METADATA = "index.json"  # what pipelines.dense.faiss_index writes into a finished index
 
@@ -50,12 +50,12 @@ class DenseBuild:
     def embeddings(self) -> Path:
         return self.folder / EMBEDDINGS_DIR
 
-    def index(self, index_type: str) -> Path:
+    def index(self, index_type: IndexType) -> Path:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index type must be one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
         return self.folder / index_type
 
-    def built_types(self) -> list[str]:
+    def built_types(self) -> list[IndexType]:
         """The index types built completely in this folder."""
         return [t for t in INDEX_TYPES if (self.folder / t / FAISS_METADATA).is_file()]
 

@@ -49,6 +49,11 @@ class ModelRef:
         """True when the question encoder is also the passage encoder (not a QSFT model)."""
         return self.passage_path == self.path
 
+    def passage_side(self) -> ModelRef:
+        """The passage-side model as a reference of its own: what its embeddings and index are built with."""
+        return ModelRef(self.passage_name, self.passage_path, self.passage_key, self.passage_name, self.passage_path,
+                        self.passage_key)  # fmt: skip
+
 
 def check_model_id(model_id: str) -> str:
     """A model id names a folder under models/: a plain name."""

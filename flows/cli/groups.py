@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ...storage import choices
 from ..backend.auth import client_auth_string
 from ..backend.local_server import ServerPaths, registered_client
 from .prefect_api import (
@@ -205,7 +206,8 @@ def plot_group() -> None:
 
 # Option texts several verbs share.
 MODEL_HELP = "Model id of the models table, or a Hugging Face name / model folder."
-INDEX_TYPES = ["flat", "hnsw", "ivfpq"]
+INDEX_TYPES = list(choices.INDEX_TYPES)
+RETRIEVER_CHOICES = list(choices.RETRIEVER_KINDS)
 MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
 
 

@@ -12,7 +12,7 @@ import click
 
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings, TrainSettings
-from .groups import main, parse_cutoffs, workspace_arg
+from .groups import INDEX_TYPES, main, parse_cutoffs, workspace_arg
 from .settings_options import settings_from, settings_options
 
 RECIPE_OPTIONS = [
@@ -30,7 +30,7 @@ RECIPE_OPTIONS = [
                  help="Passages of the previous model's ranking that mining looks at."),
     click.option("--mine-count", type=click.IntRange(min=1), default=30, show_default=True,
                  help="Mined negatives kept per question."),
-    click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True),
+    click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True),
     click.option("--k", "ks", default="1,5,20,100", show_default=True, help="Cut-offs of R@K, comma-separated."),
 ]  # fmt: skip
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
+from .groups import INDEX_TYPES, MODEL_HELP, RETRIEVER_CHOICES, main, workspace_arg
 from .report import echo_report
 
-RETRIEVER_CHOICES = ["bm25", "dense", "hybrid"]
 
 @main.command("retrieve")
 @click.option("--retriever", type=click.Choice(RETRIEVER_CHOICES), default="bm25", show_default=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import click
 
-from .groups import INDEX_TYPES, MODEL_HELP, main
+from .groups import INDEX_TYPES, MODEL_HELP, RETRIEVER_CHOICES, main
 
 PROMPT = "question> "
 TEXT_WIDTH = 240
@@ -49,7 +49,7 @@ def echo_hits(question: str, hits: list) -> None:
 
 @main.command("search")
 @click.argument("questions", nargs=-1)
-@click.option("--retriever", type=click.Choice(["bm25", "dense", "hybrid"]), default=None,
+@click.option("--retriever", type=click.Choice(RETRIEVER_CHOICES), default=None,
               help="Default: dense when --model is given, else bm25.")  # fmt: skip
 @click.option("--model", default=None, help=MODEL_HELP)
 @click.option("--k", type=click.IntRange(min=1), default=5, show_default=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import INDEX_TYPES, main, workspace_arg
+from .groups import INDEX_TYPES, RETRIEVER_CHOICES, main, workspace_arg
 
 
 @main.command("serve")
@@ -15,7 +15,7 @@ from .groups import INDEX_TYPES, main, workspace_arg
                    "model also works).")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default=None,
               help="Dense index searched (default: flat if built, else hnsw, else ivfpq).")
-@click.option("--retriever", type=click.Choice(["bm25", "dense", "hybrid"]), default="dense", show_default=True,
+@click.option("--retriever", type=click.Choice(RETRIEVER_CHOICES), default="dense", show_default=True,
               help="Retriever of requests that name none.")  # fmt: skip
 @click.option("--max-wait-ms", type=click.FloatRange(min=0, max=50), default=5.0, show_default=True,
               help="Longest wait for more concurrent questions before encoding a batch.")  # fmt: skip

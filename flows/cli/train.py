@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ...models.settings import RetrieverSettings, TrainSettings
-from .groups import main, workspace_arg
+from .groups import INDEX_TYPES, main, workspace_arg
 from .report import echo_report
 from .settings_options import settings_from, settings_options
 
@@ -43,7 +43,7 @@ from .settings_options import settings_from, settings_options
     is_flag=True,
     help="Query-side fine-tuning (thesis 5.2): train only BASE's question side against its fixed index.",
 )
-@click.option("--index-type", type=click.Choice(["flat", "hnsw", "ivfpq"]), default="flat", show_default=True,
+@click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True,
               help="With --qsft: the index of BASE to retrieve from.")  # fmt: skip
 @click.pass_context
 def train(ctx: click.Context, train_sets: tuple[str, ...], dev: str | None, model_id: str, gpus: int, nodes: int,

@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import faiss
 import numpy as np
@@ -42,11 +42,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...storage.atomic import atomic_file, atomic_write, atomic_write_text, building_directory
+from ...storage.choices import INDEX_TYPES, IndexType
 from ..progress import progress as progress_bar
 from .sharded_encoding import EncodedCorpus
 
-IndexType = Literal["flat", "hnsw", "ivfpq"]
-INDEX_TYPES: tuple[IndexType, ...] = ("flat", "hnsw", "ivfpq")
 META_NAME = "index.json"
 IDS_NAME = "ids.parquet"
 FORMAT_VERSION = 1

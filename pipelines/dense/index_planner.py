@@ -38,11 +38,10 @@ import numpy as np
 import pyarrow as pa
 
 from ...storage.atomic import atomic_write_json
+from ...storage.choices import INDEX_TYPES, IndexType
 from .faiss_index import (
     BLOCK_ROWS,
-    INDEX_TYPES,
     IndexParams,
-    IndexType,
     _auto_nlist,
     _auto_pq_m,
     build_faiss_index,

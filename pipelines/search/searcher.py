@@ -7,6 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from ...storage.choices import RetrieverKind
 from ..progress import progress
 from .hits import Hits
 
@@ -17,7 +18,7 @@ QUESTION_CHUNK = 1024  # questions searched per step of a run
 class Searcher(Protocol):
     """Anything that answers questions with their top passages (BM25, dense, hybrid)."""
 
-    kind: str  # "bm25", "dense" or "hybrid"
+    kind: RetrieverKind
 
     def search(self, questions: Sequence[str], k: int) -> Hits:
         """The top `k` passages of each question, best first."""

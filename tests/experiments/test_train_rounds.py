@@ -29,10 +29,10 @@ def _mined_by(ws: Workspace, model: str, questions: list[dict], depth: int, coun
     """What `model` mines for the questions, recomputed here from its own index."""
     import pyarrow as pa
 
-    from odqa.models.workspace_search import dense_searcher, mine_questions
-    from odqa.storage.model_registry import resolve_model
+    from odqa.flows.mine import mine_questions
+    from odqa.models.searchers import RetrieverChoice, open_searcher
 
-    searcher = dense_searcher(ws, resolve_model(ws, model), "flat")
+    searcher = open_searcher(ws, RetrieverChoice("dense", model)).searcher
     table = pa.Table.from_pylist([{k: q[k] for k in ("question_id", "question", "answers", "positive_ids")}
                                   for q in questions])  # fmt: skip
     try:

@@ -115,7 +115,7 @@ def copy_of(base: Path, tmp_path: Path, name: str) -> str:
 
 
 def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
-    from odqa.models.workspace_search import dense_build
+    from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import EncodedCorpus
     from odqa.storage.model_registry import resolve_model
 
@@ -147,7 +147,7 @@ def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, mode
 def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path: Path) -> None:
     from odqa.flows.encode import encode_flow
     from odqa.flows.reindex import reindex_flow
-    from odqa.models.workspace_search import dense_build
+    from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import EncodedCorpus, read_manifest, write_manifest
     from odqa.storage.index_layout import IndexLayout
     from odqa.storage.model_registry import resolve_model
@@ -305,7 +305,7 @@ def test_index_build_keeps_the_shards_encode_made(base: Path, model: str, tmp_pa
     encoded again, the shard files stay as they were."""
     from odqa.flows.encode import encode_flow
     from odqa.flows.index import index_build_flow
-    from odqa.models.workspace_search import dense_build
+    from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import read_manifest
     from odqa.storage.model_registry import resolve_model
 

@@ -145,7 +145,8 @@ def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Pa
     import numpy as np
 
     from odqa.flows.reindex import reindex_flow
-    from odqa.models.workspace_search import bm25_searcher, dense_build, dense_searcher
+    from odqa.models.searchers import RetrieverChoice, open_searcher
+    from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import EncodedCorpus
     from odqa.storage import Workspace
     from odqa.storage.model_registry import resolve_model
@@ -191,8 +192,8 @@ def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Pa
     np.testing.assert_allclose(incremental.vectors(rows), rebuilt.vectors(rows), atol=2e-5)
 
     questions = [QUESTION, "What is the capital of Switzerland?", "Which river flows through Zurich?"]
-    for open_searcher in (bm25_searcher, lambda ws: dense_searcher(ws, resolve_model(ws, _minilm()))):
-        got, want = (open_searcher(ws).search(questions, 10).ranked() for ws in (first_ws, full_ws))
+    for choice in (RetrieverChoice("bm25"), RetrieverChoice("dense", _minilm())):
+        got, want = (open_searcher(ws, choice).searcher.search(questions, 10).ranked() for ws in (first_ws, full_ws))
         assert [[pid for pid, _ in row] for row in got] == [[pid for pid, _ in row] for row in want]
     assert current_release(first_ws).release == second_report.release
     recorded = {m["metric"]: m["value"] for m in first_ws.sql(
