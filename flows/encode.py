@@ -26,7 +26,6 @@ from typing import Any
 
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import as_completed
 
 from ..models.retriever import load_retriever
 from ..models.workspace_search import dense_build, loaded_model
@@ -61,10 +60,12 @@ from .runtime import flow_run_logs, stage_logger
 from .task_runners import (
     RestoreTorchThreads,
     RunnerSettings,
+    accelerator_needed,
     accelerator_request,
     limit_threads,
     mapping_runner,
     on_cluster,
+    settled,
     task_threads,
 )
 
@@ -260,20 +261,21 @@ def encode_mapped_flow(
     encoded, taken, devices, failures = 0, 0, set(), []
     started = time.perf_counter()
     runner = runner or RunnerSettings()
-    with RestoreTorchThreads(), accelerator_request(runner):
+    needs = accelerator_needed(runner)
+    with RestoreTorchThreads(), accelerator_request(needs):
         futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
                                         str(out), batch_size, manifest.precision, dtype, threads,
                                         manifest.model_fingerprint, manifest.dim,
                                         not on_cluster(runner))  # fmt: skip
-    planned = {future: shard for future, shard in zip(futures, plan, strict=True)}
-    for future in as_completed(list(futures)):
-        try:
-            info, device, fresh = future.result()
-        except Exception as error:  # record every shard that did finish, then fail
+    planned = {future.task_run_id: shard for future, shard in zip(futures, plan, strict=True)}
+    for future, result, error in settled(list(futures), needs if on_cluster(runner) else None):
+        if error is not None:  # record every shard that did finish, then fail
             failures.append(error)
             continue
-        if info.count != planned[future].count:
-            raise RuntimeError(f"shard {info.index}: {info.count} passages written, {planned[future].count} planned")
+        info, device, fresh = result
+        if info.count != planned[future.task_run_id].count:
+            raise RuntimeError(f"shard {info.index}: {info.count} passages written, "
+                               f"{planned[future.task_run_id].count} planned")  # fmt: skip
         record_shard(out, manifest, info)
         encoded += info.count if fresh else 0
         taken += 0 if fresh else 1

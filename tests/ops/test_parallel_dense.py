@@ -3,6 +3,7 @@ cluster) give exactly what the unmapped path gives, and a mapped encoding resume
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -13,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from distributed.diagnostics.plugin import SchedulerPlugin
 
 from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
 from odqa.flows.task_runners import RunnerSettings
@@ -64,6 +64,34 @@ def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatc
     monkeypatch.setenv(DASK_ADDRESS_ENV, "tcp://10.0.0.5:8786")
     assert mapping_runner(None).kind == "dask"
     assert task_threads(RunnerSettings()) is None  # decided on the workers, from the cluster's layout
+
+
+def test_settled_takes_and_releases_results_and_fails_without_workers() -> None:
+    """The wait of a mapped stage: a finished Dask task's result is released on the cluster once
+    taken (a worker lost later cannot make Dask run it again); a task no worker can run fails
+    the wait once no worker declaring the resource is left for the grace period."""
+    import operator
+    from uuid import uuid4
+
+    from distributed import Client, LocalCluster
+    from prefect_dask.task_runners import PrefectDaskFuture
+
+    from odqa.flows.task_runners import ACCELERATOR, ClusterGone, settled
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as local, \
+            Client(local) as client:  # fmt: skip
+        done = PrefectDaskFuture(uuid4(), client.submit(operator.add, 1, 2))
+        [(future, value, error)] = list(settled([done]))
+        assert future is done and value == 3 and error is None
+        deadline = time.monotonic() + 10
+        while done.wrapped_future.key in local.scheduler.tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.wrapped_future.key not in local.scheduler.tasks
+        stuck = PrefectDaskFuture(uuid4(), client.submit(operator.add, 1, 2, resources={ACCELERATOR: 1}))
+        started = time.monotonic()
+        with pytest.raises(ClusterGone, match=f"no Dask worker declaring {ACCELERATOR} left at .* 1 of 1 task"):
+            list(settled([stuck], ACCELERATOR, grace=1))
+        assert time.monotonic() - started < 10
 
 
 @pytest.fixture(scope="module")
@@ -216,52 +244,7 @@ def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model:
 # --- issue 33: capacity on the workers, shared clusters, lost workers, one encoding -----------
 
 
-class ShardCounts(SchedulerPlugin):
-    """A scheduler plugin counting, per worker, the tasks that finished there, and (when
-    ``lose_after`` is set) removing the worker of the that many-th finished one as a lost worker."""
-
-    name = "odqa-shard-counts"
-
-    def __init__(self, scheduler, lose_after: int | None = None) -> None:  # noqa: ANN001
-        self.scheduler, self.lose_after = scheduler, lose_after
-        self.per_worker: dict[str, int] = {}
-        self.finished: list[str] = []
-        self.asked: list[dict | None] = []  # each finished task's resource restrictions
-        self.times: list[float] = []  # when each finished
-        self.durations: list[float] = []  # how long each computed
-        self.lost_at: float | None = None
-        self.lost: str | None = None
-
-    def transition(self, key, start, finish, *args, **kwargs) -> None:  # noqa: ANN001 (Dask's plugin hook)
-        import asyncio
-
-        if start == "processing" and finish == "memory":  # only shard tasks run on this cluster
-            self.asked.append(self.scheduler.tasks[key].resource_restrictions)
-            self.per_worker[kwargs["worker"]] = self.per_worker.get(kwargs["worker"], 0) + 1
-            self.finished.append(str(key))
-            self.times.append(time.monotonic())
-            self.durations += [s["stop"] - s["start"] for s in kwargs["startstops"] if s["action"] == "compute"]
-            if self.lose_after and len(self.finished) == self.lose_after and self.lost is None:
-                self.lost, self.lost_at = kwargs["worker"], time.monotonic()
-                asyncio.ensure_future(self.scheduler.remove_worker(self.lost, stimulus_id="test-lost-worker"))
-
-
-@pytest.fixture()
-def accelerator_cluster() -> Iterator:
-    """Two workers, each declaring one unit of the accelerator resource."""
-    from distributed import LocalCluster
-
-    from odqa.flows.task_runners import ACCELERATOR
-
-    with LocalCluster(n_workers=2, threads_per_worker=2, processes=False, dashboard_address=None,
-                      resources={ACCELERATOR: 1}) as local:  # fmt: skip
-        yield local
-
-
-def _count_shards(cluster, lose_after: int | None = None) -> ShardCounts:
-    counts = ShardCounts(cluster.scheduler, lose_after)
-    cluster.scheduler.add_plugin(counts, name=ShardCounts.name)
-    return counts
+WATCH = Path(__file__).with_name("dask_shard_watch.py")  # the scheduler's preload: records, loses a worker
 
 
 @pytest.fixture(scope="module")
@@ -275,28 +258,98 @@ def reference(base: Path, model: str, tmp_path_factory) -> tuple[list[str], np.n
     return ids, vectors
 
 
-@pytest.mark.e2e
-def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, accelerator_cluster,
-                                           tmp_path: Path) -> None:  # fmt: skip
-    """The worker of the second finished shard (of 6) is lost: the run finishes on the other one with the
-    same vectors. The shards whose results went with the lost worker are run again by Dask, find
-    their files written and take them (no passage is encoded twice), and no shard waits for the
-    lost worker: no gap between finished shards after the loss is longer than a shard takes
-    (the issue measured 70 s for a dead task's slot)."""
-    from odqa.flows.encode import encode_flow
+def encode_args(ws: str, model: str) -> list[str]:
+    return ["-w", ws, "encode", "--model", model, "--shard-size", str(SMALL_SHARD), "--batch-size", "4"]
 
-    counts = _count_shards(accelerator_cluster, lose_after=2)
-    ws = copy_of(base, tmp_path, "lost")
-    report = encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD, batch_size=4,
-                         runner=RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address))
-    assert counts.lost is not None and len(accelerator_cluster.scheduler.workers) == 1
-    assert counts.asked and all(asked == {"GPU": 1} for asked in counts.asked)  # capacity is the workers'
-    assert report.encoded_now + SMALL_SHARD * report.taken == PASSAGES and report.encoded_now < PASSAGES, report
+
+def watched(tmp_path: Path, lose_after: int | None = None) -> dict[str, str]:
+    from tests.ops.dask_shard_watch import LOSE_ENV, RECORD_ENV
+
+    return {RECORD_ENV: str(tmp_path / "watch.json"), LOSE_ENV: str(lose_after or "")}
+
+
+@pytest.mark.e2e
+def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, tmp_path: Path) -> None:
+    """A real cluster on 127.0.0.1 (a scheduler, two one-thread worker processes declaring one
+    accelerator unit each); `odqa encode` on it in its own process. Once the run has taken the
+    second finished shard, that shard's worker process is SIGKILLed mid-way through its next one.
+    The run finishes on the other worker with the default runner's vectors; no finished shard is
+    computed again (its result is released once taken), and no shard waits for the lost worker:
+    no gap between finished shards after the loss is longer than a shard takes, plus 5 s (the
+    issue measured 70 s for a dead task's slot). A hang fails once no process has written anything for
+    `STALL_S` (`dask_cluster.finish`)."""
+    from tests.ops.dask_cluster import finish, odqa_on, real_cluster
+
+    ws, log = copy_of(base, tmp_path, "lost"), tmp_path / "encode.log"
+    with real_cluster(tmp_path, env=watched(tmp_path, lose_after=2), preload=WATCH) as cluster:
+        finish(odqa_on(cluster, log, *encode_args(ws, model)), log, cluster)
+        codes = [w.poll() for w in cluster.workers]
+        assert codes.count(-9) == 1 and codes.count(None) == 1, (codes, cluster.log_tails())
+    watch = json.loads((tmp_path / "watch.json").read_text())
+    lost, finished = watch["lost"], watch["finished"]
+    assert lost is not None and lost["processing"], watch  # killed mid-way through a shard
+    assert all(f["asked"] == {"GPU": 1} for f in finished), finished  # capacity is the workers'
+    keys = [f["key"] for f in finished]
+    assert len(keys) == len(set(keys)) == PASSAGES // SMALL_SHARD, keys  # none computed twice
     ids, vectors, shards = embeddings(ws, model)
     assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
     assert len(shards) == PASSAGES // SMALL_SHARD
-    after = [b - a for a, b in pairwise(counts.times) if a >= counts.lost_at]
-    assert max(after) <= max(counts.durations) + 5, (after, counts.durations)
+    after = [lost["at"], *(f["at"] for f in finished if f["at"] > lost["at"])]
+    assert len(after) > 1 and max(b - a for a, b in pairwise(after)) <= max(f["compute"] for f in finished) + 5, watch
+
+
+@pytest.mark.e2e
+def test_two_workspaces_share_one_cluster(base: Path, model: str, reference, tmp_path: Path) -> None:
+    """Two workspaces' `odqa encode`, each in its own process, on one real cluster at once: both
+    finish with the default runner's vectors, both workers ran shards, and no process logged a
+    lease error (nothing is leased from a Prefect server on a cluster)."""
+    from tests.ops.dask_cluster import finish, odqa_on, real_cluster
+
+    spaces = {name: copy_of(base, tmp_path, name) for name in ("first", "second")}
+    with real_cluster(tmp_path, env=watched(tmp_path), preload=WATCH) as cluster:
+        runs = {name: odqa_on(cluster, tmp_path / f"{name}.log", *encode_args(ws, model))
+                for name, ws in spaces.items()}  # fmt: skip
+        for name, run in runs.items():
+            finish(run, tmp_path / f"{name}.log", cluster)
+        said = "\n".join(p.read_text(errors="replace") for p in [*tmp_path.glob("*.log"), *cluster.logs.glob("*.log")])
+    for ws in spaces.values():
+        ids, vectors, shards = embeddings(ws, model)
+        assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
+        assert len(shards) == PASSAGES // SMALL_SHARD
+    finished = json.loads((tmp_path / "watch.json").read_text())["finished"]
+    assert len(finished) == 2 * PASSAGES // SMALL_SHARD and len({f["worker"] for f in finished}) == 2, finished
+    assert "lease" not in said.lower() and "410 Gone" not in said, said[-4000:]
+
+
+@pytest.mark.e2e
+def test_a_killed_clients_queued_shards_do_not_start(base: Path, model: str, tmp_path: Path) -> None:
+    """`odqa encode` of 24 one-passage shards on a real cluster, its process SIGKILLed once 3
+    shards finished: the scheduler sees the client leave within seconds and sends no shard to
+    a worker after that (the 20-odd queued shards never start); the manifest keeps the finished ones."""
+    from odqa.models.workspace_search import dense_build
+    from odqa.pipelines.dense.sharded_encoding import read_manifest
+    from odqa.storage.model_registry import resolve_model
+    from tests.ops.dask_cluster import LIMIT_S, odqa_on, real_cluster
+
+    ws, log, record = copy_of(base, tmp_path, "killed-client"), tmp_path / "encode.log", tmp_path / "watch.json"
+    with real_cluster(tmp_path, env=watched(tmp_path), preload=WATCH) as cluster:
+        run = odqa_on(cluster, log, "-w", ws, "encode", "--model", model, "--shard-size", "1", "--batch-size", "4")
+        deadline = time.monotonic() + LIMIT_S
+        while not (record.exists() and len(json.loads(record.read_text())["finished"]) >= 3):
+            assert run.poll() is None and time.monotonic() < deadline, (log.read_text()[-4000:], cluster.log_tails())
+            time.sleep(0.1)
+        run.kill()
+        killed_at = time.time()
+        run.wait()
+        time.sleep(8)  # time enough for the queued shards to run, were they still wanted
+        watch = json.loads(record.read_text())
+    [gone] = [at for client, at in watch["clients_gone"] if client.startswith("PrefectDaskClient")]
+    assert gone - killed_at < 5, watch
+    assert not [at for at in watch["assigned"] if at > gone], watch
+    assert 3 <= len(watch["finished"]) < PASSAGES, watch
+    space = Workspace.resolve(ws)
+    manifest = read_manifest(dense_build(space, resolve_model(space, model)).embeddings)
+    assert 3 <= len(manifest.shards) <= len(watch["finished"]) and not manifest.complete
 
 
 @pytest.mark.e2e
