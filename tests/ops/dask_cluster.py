@@ -33,13 +33,43 @@ class RealCluster:
 
     address: str
     logs: Path
+    info: Path  # the scheduler file
+    env: dict[str, str]
+    cores: Sequence[int] | None = None
     workers: list[subprocess.Popen] = field(default_factory=list)
+
+    def start_worker(self, i: int) -> subprocess.Popen:
+        """Worker i (one thread, one unit of `ACCELERATOR`, pinned to cores[i] if given)."""
+        pin = ["taskset", "-c", str(self.cores[i])] if self.cores else []
+        return _start([*pin, *DASK[1], "--scheduler-file", str(self.info), "--no-nanny", "--nthreads", "1",
+                       "--resources", f"{ACCELERATOR}=1", "--no-dashboard", "--death-timeout", "60"],
+                      self.env, self.logs / f"worker-{i}-{len(list(self.logs.glob(f'worker-{i}-*')))}.log")  # fmt: skip
+
+    def revive(self) -> None:
+        """A new worker in place of each dead one; returns once all are connected."""
+        from distributed import Client
+
+        self.workers = [w if w.poll() is None else self.start_worker(i) for i, w in enumerate(self.workers)]
+        with Client(scheduler_file=str(self.info), timeout="60s") as client:
+            client.wait_for_workers(len(self.workers), timeout=300)
+            self.address = client.scheduler.address
+
+    def watch(self, record: Path, lose_after: int | None = None) -> Path:
+        """All workers up, then the scheduler's `dask_shard_watch` armed to record into ``record``
+        (and to lose a worker after ``lose_after`` finished tasks)."""
+        from distributed import Client
+
+        from tests.ops.dask_shard_watch import arm
+
+        self.revive()
+        with Client(self.address, timeout="60s") as client:
+            client.run_on_scheduler(arm, str(record), lose_after)
+        return record
 
     def log_tails(self, chars: int = 3000) -> str:
         """The end of every process's output, for a failure's message."""
         return "\n".join(
-            f"--- {p.name}:\n{p.read_text(errors='replace')[-chars:]}"
-            for p in sorted(self.logs.glob("*.log"))
+            f"--- {p.name}:\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(self.logs.glob("*.log"))
         )
 
 
@@ -49,40 +79,19 @@ def real_cluster(tmp: Path, workers: int = 2, env: dict[str, str] | None = None,
     """A scheduler on 127.0.0.1 and ``workers`` one-thread workers, each declaring one unit of
     `ACCELERATOR`; ``cores`` pins worker i to core cores[i] with `taskset`. Every process is
     stopped on leaving, the scheduler last."""
-    from distributed import Client
-
     logs = tmp / "cluster-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    info = tmp / "scheduler.json"
-    scheduler_cmd = [
-        *DASK[0],
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--no-dashboard",
-        "--scheduler-file",
-        str(info),
-    ]
-    if preload is not None:
-        scheduler_cmd += ["--preload", str(preload)]
-    scheduler = _start(scheduler_cmd, env, logs / "scheduler.log")
-    started = [scheduler]
+    cluster = RealCluster(address="", logs=logs, info=tmp / "scheduler.json", cores=cores,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})  # fmt: skip
+    command = [*DASK[0], "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(cluster.info)]
+    scheduler = _start([*command, *(["--preload", str(preload)] if preload else [])], cluster.env,
+                       logs / "scheduler.log")  # fmt: skip
     try:
-        cluster = RealCluster(address="", logs=logs)
-        for i in range(workers):
-            pin = ["taskset", "-c", str(cores[i])] if cores else []
-            cluster.workers.append(_start([*pin, *DASK[1], "--scheduler-file", str(info), "--no-nanny", "--nthreads", "1",
-                                           "--resources", f"{ACCELERATOR}=1", "--no-dashboard", "--name", f"w{i}",
-                                           "--death-timeout", "60"], env, logs / f"worker-{i}.log"))  # fmt: skip
-            started.append(cluster.workers[-1])
-        with Client(scheduler_file=str(info), timeout="60s") as client:
-            client.wait_for_workers(workers, timeout=120)
-            cluster.address = client.scheduler.address
+        cluster.workers = [cluster.start_worker(i) for i in range(workers)]
+        cluster.revive()
         yield cluster
     finally:
-        for process in reversed(started):
+        for process in [*cluster.workers, scheduler]:
             _stop(process)
 
 
@@ -98,7 +107,7 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait()
+            process.wait(timeout=30)
 
 
 def odqa_on(
@@ -112,16 +121,16 @@ def odqa_on(
     )
 
 
-def finish(process: subprocess.Popen, log: Path, cluster: RealCluster, stall: float = STALL_S,
-           limit: float = LIMIT_S) -> None:  # fmt: skip
+def finish(process: subprocess.Popen, log: Path, cluster: RealCluster, watched: Sequence[Path] = (),
+           stall: float = STALL_S, limit: float = LIMIT_S) -> None:  # fmt: skip
     """Wait for an `odqa_on` process. It fails the test, killing the process, once neither the
-    command nor any cluster process has written anything (output, the scheduler's watch record)
+    command nor any cluster process has written anything (output, the files in ``watched``)
     for ``stall`` seconds, or after ``limit`` seconds in all: a hang ends within a bound that
     does not depend on the machine's load, with what every process said."""
     started = time.monotonic()
     while (code := process.poll()) is None:
-        quiet = time.time() - max(p.stat().st_mtime for p in [log, *cluster.logs.parent.glob("*.json"),
-                                                                *cluster.logs.glob("*.log")])  # fmt: skip
+        written = [log, *watched, *cluster.logs.glob("*.log")]
+        quiet = time.time() - max(p.stat().st_mtime for p in written if p.exists())
         if quiet > stall or time.monotonic() - started > limit:
             process.kill()
             process.wait()
