@@ -103,7 +103,9 @@ def _encode(base: Path, scratch: Path, name: str, model: str, shard_size: int, a
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--shard-size", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
@@ -120,7 +122,9 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="odqa-bench-scale-out-"))
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    log = Path(tempfile.gettempdir()) / f"odqa-bench-scale-out-dask-{os.getpid()}.log"  # kept: the cluster's story
+    log = (
+        Path(tempfile.gettempdir()) / f"odqa-bench-scale-out-dask-{os.getpid()}.log"
+    )  # kept: the cluster's story
     print(f"dask scheduler and worker log: {log}", flush=True)
     scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                                  stdout=log.open("ab"), stderr=subprocess.STDOUT)  # fmt: skip
@@ -137,12 +141,18 @@ def main() -> None:
             model = default_base_model()
             ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(scratch / "base"))
             for round_ in range(args.rounds):
-                for name, cores in (("1 worker", [0]), ("2 workers", [0, 1]), ("2 workers, one killed", [0, 1])):
+                for name, cores in (
+                    ("1 worker", [0]),
+                    ("2 workers", [0, 1]),
+                    ("2 workers, one killed", [0, 1]),
+                ):
                     workers = _start_workers(address, cores, log)
                     try:
                         _encode(scratch / "base", scratch, "warm", model, args.shard_size, address)
                         victim = workers[1] if "killed" in name else None
-                        result = _encode(scratch / "base", scratch, "timed", model, args.shard_size, address, victim)
+                        result = _encode(
+                            scratch / "base", scratch, "timed", model, args.shard_size, address, victim
+                        )
                     finally:
                         _stop(workers)
                     runs[name].append(result)

@@ -199,10 +199,13 @@ def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, fi
     device = _task_device(planned.index)
     resolve_precision(precision, [device])  # type: ignore[arg-type]  # refuses fp16 on a worker without a GPU
     try:  # the same column and null checks as the streamed path
-        [(_, passages)] = list(iter_corpus_shards([passages_in_range(ws, files, planned.start, planned.stop)],
-                                                  planned.count))
+        [(_, passages)] = list(
+            iter_corpus_shards([passages_in_range(ws, files, planned.start, planned.stop)], planned.count)
+        )
     except ValueError as error:
-        raise ValueError(f"shard {planned.index} (passages {planned.start}..{planned.stop - 1}): {error}") from error
+        raise ValueError(
+            f"shard {planned.index} (passages {planned.start}..{planned.stop - 1}): {error}"
+        ) from error
     ids, titles, texts = shard_columns(passages)
     done = written_shard(out_dir, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
     if done is not None:
@@ -210,9 +213,11 @@ def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, fi
     loaded = loaded_model(passage_path)
     retriever = loaded.model
     if loaded.fingerprint != model_fingerprint:
-        raise RuntimeError(f"the model at {passage_path} changed during the encoding run (fingerprint "
-                           f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
-                           "again")
+        raise RuntimeError(
+            f"the model at {passage_path} changed during the encoding run (fingerprint "
+            f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
+            "again"
+        )
     vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
                            precision=precision)  # type: ignore[arg-type]  # fmt: skip
     return write_shard(out_dir, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
@@ -293,8 +298,9 @@ def encode_mapped_flow(
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:
     """`encode_mapped_flow` with the runner's task runner and its thread share per task."""
-    report = encode_mapped_flow.with_options(task_runner=runner.task_runner())(threads=task_threads(runner),
-                                                                               runner=runner, **params)
+    report = encode_mapped_flow.with_options(task_runner=runner.task_runner())(
+        threads=task_threads(runner), runner=runner, **params
+    )
     report.runner = runner.describe()
     return report
 

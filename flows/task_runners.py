@@ -41,7 +41,9 @@ def dask_address(address: str | None = None) -> str | None:
     return address or os.environ.get(DASK_ADDRESS_ENV) or None
 
 
-def make_task_runner(kind: RunnerKind = "threads", workers: int | None = None, address: str | None = None) -> TaskRunner:
+def make_task_runner(
+    kind: RunnerKind = "threads", workers: int | None = None, address: str | None = None
+) -> TaskRunner:
     """A task runner for mapped data-parallel tasks.
 
     A Dask address always wins (the cluster decides how many workers run); without one, `dask`
@@ -53,7 +55,9 @@ def make_task_runner(kind: RunnerKind = "threads", workers: int | None = None, a
 
         if address:
             return DaskTaskRunner(address=address)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": False})
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": False}
+        )
     if kind == "processes":
         return ProcessPoolTaskRunner(max_workers=workers or os.cpu_count() or 1)
     if kind != "threads":
@@ -66,8 +70,9 @@ class RunnerSettings(BaseModel):
 
     kind: RunnerKind = Field(default="threads", description="threads, processes or dask")
     workers: int | None = Field(default=None, description="Workers of a local runner (default: CPU count)")
-    dask_address: str | None = Field(default=None, description="Dask scheduler address, e.g. tcp://host:8786 "
-                                     "(default: $ODQA_DASK_ADDRESS)")
+    dask_address: str | None = Field(
+        default=None, description="Dask scheduler address, e.g. tcp://host:8786 (default: $ODQA_DASK_ADDRESS)"
+    )
     bm25_batch: int = Field(default=64, ge=1, description="Questions per BM25 retrieval task")
 
     def describe(self) -> str:

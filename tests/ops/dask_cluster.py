@@ -22,7 +22,7 @@ DASK = (
     [sys.executable, "-m", "distributed.cli.dask_scheduler"],
     [sys.executable, "-m", "distributed.cli.dask_worker"],
 )
-STALL_S = 120.0  # no process wrote anything for this long: a hang, whatever the load
+STALL_S = 180.0  # no process wrote anything for this long: a hang, whatever the load
 LIMIT_S = 480.0  # below pytest's timeout of 600 s
 ODQA = [sys.executable, "-c", "import sys; from odqa.flows.cli import main; sys.exit(main())"]
 
@@ -39,10 +39,13 @@ class RealCluster:
     workers: list[subprocess.Popen] = field(default_factory=list)
 
     def start_worker(self, i: int) -> subprocess.Popen:
-        """Worker i (one thread, one unit of `ACCELERATOR`, pinned to cores[i] if given)."""
+        """Worker i (one thread, one unit of `ACCELERATOR`, pinned to cores[i] if given). It imports
+        the encoding flow's modules (torch...) as it starts, before it joins: a first shard
+        task does not spend minutes importing, silent, on a loaded machine."""
         pin = ["taskset", "-c", str(self.cores[i])] if self.cores else []
         return _start([*pin, *DASK[1], "--scheduler-file", str(self.info), "--no-nanny", "--nthreads", "1",
-                       "--resources", f"{ACCELERATOR}=1", "--no-dashboard", "--death-timeout", "60"],
+                       "--resources", f"{ACCELERATOR}=1", "--no-dashboard", "--death-timeout", "60",
+                       "--preload", "odqa.flows.encode"],
                       self.env, self.logs / f"worker-{i}-{len(list(self.logs.glob(f'worker-{i}-*')))}.log")  # fmt: skip
 
     def revive(self) -> None:
@@ -69,7 +72,8 @@ class RealCluster:
     def log_tails(self, chars: int = 3000) -> str:
         """The end of every process's output, for a failure's message."""
         return "\n".join(
-            f"--- {p.name}:\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(self.logs.glob("*.log"))
+            f"--- {p.name}:\n{p.read_text(errors='replace')[-chars:]}"
+            for p in sorted(self.logs.glob("*.log"))
         )
 
 
@@ -83,7 +87,16 @@ def real_cluster(tmp: Path, workers: int = 2, env: dict[str, str] | None = None,
     logs.mkdir(parents=True, exist_ok=True)
     cluster = RealCluster(address="", logs=logs, info=tmp / "scheduler.json", cores=cores,
                           env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})  # fmt: skip
-    command = [*DASK[0], "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(cluster.info)]
+    command = [
+        *DASK[0],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--no-dashboard",
+        "--scheduler-file",
+        str(cluster.info),
+    ]
     scheduler = _start([*command, *(["--preload", str(preload)] if preload else [])], cluster.env,
                        logs / "scheduler.log")  # fmt: skip
     try:

@@ -46,12 +46,19 @@ class ShardWatch(SchedulerPlugin):
         if finish == "processing":
             self.assigned.append(time.time())
         if start == "processing" and finish == "memory":
-            computed = [s["stop"] - s["start"] for s in kwargs.get("startstops", ()) if s["action"] == "compute"]
+            computed = [
+                s["stop"] - s["start"] for s in kwargs.get("startstops", ()) if s["action"] == "compute"
+            ]
             self.finished.append({"key": str(key), "worker": kwargs["worker"], "at": time.time(),
                                   "compute": sum(computed), "asked": self.scheduler.tasks[key].resource_restrictions})  # fmt: skip
             if self.lose_after and len(self.finished) == self.lose_after:
                 self.victim = (str(key), kwargs["worker"])
-        elif self.victim and self.lost is None and str(key) == self.victim[0] and finish in ("released", "forgotten"):
+        elif (
+            self.victim
+            and self.lost is None
+            and str(key) == self.victim[0]
+            and finish in ("released", "forgotten")
+        ):
             self._lose(self.victim[1])
         self._save()
 

@@ -90,7 +90,9 @@ def test_settled_takes_and_releases_results_and_fails_without_workers() -> None:
         assert done.wrapped_future.key not in local.scheduler.tasks
         stuck = PrefectDaskFuture(uuid4(), client.submit(operator.add, 1, 2, resources={ACCELERATOR: 1}))
         started = time.monotonic()
-        with pytest.raises(ClusterGone, match=f"no Dask worker declaring {ACCELERATOR} left at .* 1 of 1 task"):
+        with pytest.raises(
+            ClusterGone, match=f"no Dask worker declaring {ACCELERATOR} left at .* 1 of 1 task"
+        ):
             list(settled([stuck], ACCELERATOR, grace=1))
         assert time.monotonic() - started < 10
 
@@ -154,7 +156,9 @@ def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
 
 
 @pytest.mark.e2e
-def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
+def test_mapped_encoding_equals_the_unmapped_path(
+    base: Path, cluster: str, model: str, tmp_path: Path
+) -> None:
     from odqa.flows.encode import encode_flow
 
     results = {}
@@ -210,8 +214,13 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
     extra = space.read_table("passages").slice(0, 1).to_pylist()[0]
     with space.transaction("one-more-passage") as tx:
         tx.write("passages", [{**extra, "passage_id": "extra-1", "source": "extra"}], source="extra")
-    release = reindex_flow(workspace=ws, model=model, bm25=False, shard_size=SHARD, batch_size=4, runner=runner)
-    assert release.figures["encoded_passages"] == PASSAGES + 1 and current_release(space).release == release.release
+    release = reindex_flow(
+        workspace=ws, model=model, bm25=False, shard_size=SHARD, batch_size=4, runner=runner
+    )
+    assert (
+        release.figures["encoded_passages"] == PASSAGES + 1
+        and current_release(space).release == release.release
+    )
     [served] = current_release(space).dense
     built = EncodedCorpus(IndexLayout.of(space).root / Path(served.indexes["flat"]).parent / "embeddings")
     assert built.ids().to_pylist() == [*ids, "extra-1"]
@@ -231,14 +240,19 @@ def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model:
         ws = copy_of(Path(indexed), tmp_path, f"mine-{name}")
         reports[name] = mine_flow(model=model, dataset="sample", split="dev", depth=20, count=5, workspace=ws,
                                   runner=runner, question_batch=6)  # fmt: skip
-        negatives[name] = Workspace.resolve(ws).sql(
-            "SELECT question_id, hard_negative_ids FROM questions ORDER BY question_id").to_pylist()
+        negatives[name] = (
+            Workspace.resolve(ws)
+            .sql("SELECT question_id, hard_negative_ids FROM questions ORDER BY question_id")
+            .to_pylist()
+        )
         files[name] = pq.read_table(reports[name].negatives_file)
     reference = negatives["unmapped"]
     assert len(reference) == 20 and sum(len(r["hard_negative_ids"]) for r in reference) > 20
     assert negatives["dask"] == reference
     assert files["dask"].equals(files["unmapped"])
-    same = {name: {**r.as_dict(), "negatives_file": Path(r.negatives_file).name} for name, r in reports.items()}
+    same = {
+        name: {**r.as_dict(), "negatives_file": Path(r.negatives_file).name} for name, r in reports.items()
+    }
     assert same["dask"] == same["unmapped"]
 
 
@@ -283,7 +297,9 @@ def progress_files(record: Path, *spaces: str) -> list[Path]:
 
 
 @pytest.mark.e2e
-def test_two_workspaces_share_one_cluster(base: Path, model: str, reference, real_dask, tmp_path: Path) -> None:
+def test_two_workspaces_share_one_cluster(
+    base: Path, model: str, reference, real_dask, tmp_path: Path
+) -> None:
     """Two workspaces' `odqa encode`, each in its own process, on one real cluster at once: both
     finish with the default runner's vectors, every shard task asked for one accelerator unit,
     both workers ran shards, and no process logged a lease error (nothing is leased from a
@@ -293,8 +309,14 @@ def test_two_workspaces_share_one_cluster(base: Path, model: str, reference, rea
     record = real_dask.watch(tmp_path / "watch.json")
     spaces = {name: copy_of(base, tmp_path, name) for name in ("first", "second")}
     runs = {name: encode_on(real_dask, ws, model, tmp_path / f"{name}.log") for name, ws in spaces.items()}
-    for name, run in runs.items():
-        finish(run, tmp_path / f"{name}.log", real_dask, progress_files(record, *spaces.values()))
+    try:
+        for name, run in runs.items():
+            finish(run, tmp_path / f"{name}.log", real_dask, progress_files(record, *spaces.values()))
+    finally:  # a failed wait leaves no run behind on the shared cluster
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     said = "\n".join(p.read_text(errors="replace") for p in [*tmp_path.glob("*.log"), *real_dask.logs.glob("*.log"),
                                                             *progress_files(record, *spaces.values())[1:]])  # fmt: skip
     for ws in spaces.values():
@@ -302,13 +324,17 @@ def test_two_workspaces_share_one_cluster(base: Path, model: str, reference, rea
         assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
         assert len(shards) == PASSAGES // SMALL_SHARD
     finished = json.loads(record.read_text())["finished"]
-    assert len(finished) == 2 * PASSAGES // SMALL_SHARD and len({f["worker"] for f in finished}) == 2, finished
+    assert len(finished) == 2 * PASSAGES // SMALL_SHARD and len({f["worker"] for f in finished}) == 2, (
+        finished
+    )
     assert all(f["asked"] == {"GPU": 1} for f in finished), finished  # capacity is the workers'
     assert not re.search(r"\blease|410 Gone", said, re.IGNORECASE), said[-4000:]  # ("release" is fine)
 
 
 @pytest.mark.e2e
-def test_a_killed_clients_queued_shards_do_not_start(base: Path, model: str, real_dask, tmp_path: Path) -> None:
+def test_a_killed_clients_queued_shards_do_not_start(
+    base: Path, model: str, real_dask, tmp_path: Path
+) -> None:
     """`odqa encode` of 24 one-passage shards on the real cluster, its process SIGKILLed once 3
     shards finished: the scheduler sees the client leave within seconds and sends no shard to a
     worker after that (the 20-odd queued shards never start); the manifest keeps the finished
@@ -321,13 +347,18 @@ def test_a_killed_clients_queued_shards_do_not_start(base: Path, model: str, rea
     record = real_dask.watch(tmp_path / "watch.json")
     ws, log = copy_of(base, tmp_path, "killed-client"), tmp_path / "encode.log"
     run = encode_on(real_dask, ws, model, log, shard_size=1)
-    deadline = time.monotonic() + LIMIT_S
-    while not (record.exists() and len(json.loads(record.read_text())["finished"]) >= 3):
-        assert run.poll() is None and time.monotonic() < deadline, (log.read_text()[-4000:], real_dask.log_tails())
-        time.sleep(0.1)
-    run.kill()
-    killed_at = time.time()
-    run.wait()
+    try:
+        deadline = time.monotonic() + LIMIT_S
+        while not (record.exists() and len(json.loads(record.read_text())["finished"]) >= 3):
+            assert run.poll() is None and time.monotonic() < deadline, (
+                log.read_text()[-4000:],
+                real_dask.log_tails(),
+            )
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        killed_at = time.time()
+        run.wait()
     time.sleep(8)  # time enough for the queued shards to run, were they still wanted
     watch = json.loads(record.read_text())
     [gone] = [at for client, at in watch["clients_gone"] if client.startswith("PrefectDaskClient")]
@@ -336,11 +367,15 @@ def test_a_killed_clients_queued_shards_do_not_start(base: Path, model: str, rea
     assert 3 <= len(watch["finished"]) < PASSAGES, watch
     space = Workspace.resolve(ws)
     manifest = read_manifest(dense_build(space, resolve_model(space, model)).embeddings)
-    assert len(manifest.shards) <= len(watch["finished"]) and not manifest.complete  # what the client recorded
+    assert (
+        len(manifest.shards) <= len(watch["finished"]) and not manifest.complete
+    )  # what the client recorded
 
 
 @pytest.mark.e2e
-def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, real_dask, tmp_path: Path) -> None:
+def test_a_lost_worker_costs_only_its_task(
+    base: Path, model: str, reference, real_dask, tmp_path: Path
+) -> None:
     """`odqa encode` on the real cluster in its own process. Once the run has taken the second
     finished shard, that shard's worker process is SIGKILLed mid-way through its next one. The
     run finishes on the other worker with the default runner's vectors; no finished shard is
