@@ -26,7 +26,6 @@ from typing import Any
 
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import as_completed
 
 from ..models.retriever import load_retriever
 from ..models.searchers import loaded_model
@@ -62,10 +61,12 @@ from .runtime import flow_run_logs, stage_logger
 from .task_runners import (
     RestoreTorchThreads,
     RunnerSettings,
+    accelerator_needed,
     accelerator_request,
     limit_threads,
     mapping_runner,
     on_cluster,
+    settled,
     task_threads,
 )
 
@@ -198,10 +199,13 @@ def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, fi
     device = _task_device(planned.index)
     resolve_precision(precision, [device])  # type: ignore[arg-type]  # refuses fp16 on a worker without a GPU
     try:  # the same column and null checks as the streamed path
-        [(_, passages)] = list(iter_corpus_shards([passages_in_range(ws, files, planned.start, planned.stop)],
-                                                  planned.count))
+        [(_, passages)] = list(
+            iter_corpus_shards([passages_in_range(ws, files, planned.start, planned.stop)], planned.count)
+        )
     except ValueError as error:
-        raise ValueError(f"shard {planned.index} (passages {planned.start}..{planned.stop - 1}): {error}") from error
+        raise ValueError(
+            f"shard {planned.index} (passages {planned.start}..{planned.stop - 1}): {error}"
+        ) from error
     ids, titles, texts = shard_columns(passages)
     done = written_shard(out_dir, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
     if done is not None:
@@ -209,9 +213,11 @@ def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, fi
     loaded = loaded_model(passage_path)
     retriever = loaded.model
     if loaded.fingerprint != model_fingerprint:
-        raise RuntimeError(f"the model at {passage_path} changed during the encoding run (fingerprint "
-                           f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
-                           "again")
+        raise RuntimeError(
+            f"the model at {passage_path} changed during the encoding run (fingerprint "
+            f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
+            "again"
+        )
     vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
                            precision=precision)  # type: ignore[arg-type]  # fmt: skip
     return write_shard(out_dir, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
@@ -260,20 +266,21 @@ def encode_mapped_flow(
     encoded, taken, devices, failures = 0, 0, set(), []
     started = time.perf_counter()
     runner = runner or RunnerSettings()
-    with RestoreTorchThreads(), accelerator_request(runner):
+    needs = accelerator_needed(runner)
+    with RestoreTorchThreads(), accelerator_request(needs):
         futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
                                         str(out), batch_size, manifest.precision, dtype, threads,
                                         manifest.model_fingerprint, manifest.dim,
                                         not on_cluster(runner))  # fmt: skip
-    planned = {future: shard for future, shard in zip(futures, plan, strict=True)}
-    for future in as_completed(list(futures)):
-        try:
-            info, device, fresh = future.result()
-        except Exception as error:  # record every shard that did finish, then fail
+    planned = {future.task_run_id: shard for future, shard in zip(futures, plan, strict=True)}
+    for future, result, error in settled(list(futures), needs if on_cluster(runner) else None):
+        if error is not None:  # record every shard that did finish, then fail
             failures.append(error)
             continue
-        if info.count != planned[future].count:
-            raise RuntimeError(f"shard {info.index}: {info.count} passages written, {planned[future].count} planned")
+        info, device, fresh = result
+        if info.count != planned[future.task_run_id].count:
+            raise RuntimeError(f"shard {info.index}: {info.count} passages written, "
+                               f"{planned[future.task_run_id].count} planned")  # fmt: skip
         record_shard(out, manifest, info)
         encoded += info.count if fresh else 0
         taken += 0 if fresh else 1
@@ -291,8 +298,9 @@ def encode_mapped_flow(
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:
     """`encode_mapped_flow` with the runner's task runner and its thread share per task."""
-    report = encode_mapped_flow.with_options(task_runner=runner.task_runner())(threads=task_threads(runner),
-                                                                               runner=runner, **params)
+    report = encode_mapped_flow.with_options(task_runner=runner.task_runner())(
+        threads=task_threads(runner), runner=runner, **params
+    )
     report.runner = runner.describe()
     return report
 

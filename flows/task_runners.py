@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Literal
+import time
+from collections.abc import Iterator
+from typing import Any, Literal, TypeVar
 
+from prefect.futures import PrefectFuture
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
@@ -29,6 +32,7 @@ from ..pipelines.dense.shard_plan import threads_per_task
 DASK_ADDRESS_ENV = "ODQA_DASK_ADDRESS"
 ACCELERATOR = "GPU"  # the Dask worker resource an encoding task asks one unit of
 RunnerKind = Literal["threads", "processes", "dask"]
+R = TypeVar("R")
 _host_slots: dict[str, int] = {}  # per process: scheduler address -> task slots of its workers on this host
 
 
@@ -37,7 +41,9 @@ def dask_address(address: str | None = None) -> str | None:
     return address or os.environ.get(DASK_ADDRESS_ENV) or None
 
 
-def make_task_runner(kind: RunnerKind = "threads", workers: int | None = None, address: str | None = None) -> TaskRunner:
+def make_task_runner(
+    kind: RunnerKind = "threads", workers: int | None = None, address: str | None = None
+) -> TaskRunner:
     """A task runner for mapped data-parallel tasks.
 
     A Dask address always wins (the cluster decides how many workers run); without one, `dask`
@@ -49,7 +55,9 @@ def make_task_runner(kind: RunnerKind = "threads", workers: int | None = None, a
 
         if address:
             return DaskTaskRunner(address=address)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": False})
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": False}
+        )
     if kind == "processes":
         return ProcessPoolTaskRunner(max_workers=workers or os.cpu_count() or 1)
     if kind != "threads":
@@ -62,8 +70,9 @@ class RunnerSettings(BaseModel):
 
     kind: RunnerKind = Field(default="threads", description="threads, processes or dask")
     workers: int | None = Field(default=None, description="Workers of a local runner (default: CPU count)")
-    dask_address: str | None = Field(default=None, description="Dask scheduler address, e.g. tcp://host:8786 "
-                                     "(default: $ODQA_DASK_ADDRESS)")
+    dask_address: str | None = Field(
+        default=None, description="Dask scheduler address, e.g. tcp://host:8786 (default: $ODQA_DASK_ADDRESS)"
+    )
     bm25_batch: int = Field(default=64, ge=1, description="Questions per BM25 retrieval task")
 
     def describe(self) -> str:
@@ -90,14 +99,19 @@ def declared_accelerators(address: str) -> dict[str, float]:
             if info.get("resources", {}).get(ACCELERATOR)}  # fmt: skip
 
 
-def accelerator_request(runner: RunnerSettings) -> contextlib.AbstractContextManager[Any]:
-    """Around mapping a stage's tasks: on a cluster whose workers declare `ACCELERATOR`, each
-    task asks for one unit (the workers' capacity decides how many run at once); else nothing."""
+def accelerator_needed(runner: RunnerSettings) -> str | None:
+    """`ACCELERATOR` when the runner's cluster has workers declaring it (each encoding task then
+    asks for one unit, and the workers' capacity decides how many run at once); else None."""
     address = dask_address(runner.dask_address)
-    if address and declared_accelerators(address):
+    return ACCELERATOR if address and declared_accelerators(address) else None
+
+
+def accelerator_request(needs: str | None) -> contextlib.AbstractContextManager[Any]:
+    """Around mapping a stage's tasks: each asks for one unit of ``needs``, if given."""
+    if needs:
         import dask
 
-        return dask.annotate(resources={ACCELERATOR: 1})
+        return dask.annotate(resources={needs: 1})
     return contextlib.nullcontext()
 
 
@@ -185,3 +199,87 @@ class RestoreTorchThreads:
 
 
 # --- encoding -------------------------------------------------------------------------------
+
+
+# --- waiting for mapped tasks -----------------------------------------------------------------
+
+NO_WORKER_GRACE_S = 120.0  # how long a cluster run waits with no worker able to run its tasks
+_POLL_S = 0.25
+_FETCH_S = 10.0  # a done task's result not fetched in this time was lost with its worker since
+
+
+class ClusterGone(RuntimeError):
+    """No worker of the cluster could run the stage's remaining tasks for `NO_WORKER_GRACE_S`."""
+
+
+def settled(futures: list[PrefectFuture[R]], needs: str | None = None,
+            grace: float = NO_WORKER_GRACE_S) -> Iterator[tuple[PrefectFuture[R], R | None, Exception | None]]:  # fmt: skip
+    """Each future with its result (or its error) as it finishes, in finishing order.
+
+    It polls the futures rather than waiting for a done callback, and fetches a result with a
+    bound, so a lost worker can never block it: a task whose worker died is run again by Dask
+    (its future is pending again) and stays in the wait; a result lost between its completion and
+    the fetch is waited for again. A taken Dask result is released on the cluster at once, so a
+    worker lost later does not make Dask run a finished task again. On a cluster, when for
+    ``grace`` seconds no worker (none declaring the ``needs`` resource, if given) is left, it
+    raises `ClusterGone` rather than wait for workers that may never come."""
+    pending = list(futures)
+    watchdog = _Watchdog(needs, grace)
+    while pending:
+        done = [f for f in pending if _is_done(f)]
+        if not done:
+            watchdog.check(pending, len(futures))
+            time.sleep(_POLL_S)
+            continue
+        for future in done:
+            try:
+                value = future.result(timeout=_FETCH_S)
+            except TimeoutError:
+                if not _is_done(future):
+                    continue  # its result went with a lost worker: Dask computes it again
+                raise
+            except Exception as error:  # noqa: BLE001 (the caller decides what a failed task means)
+                yield future, None, error
+            else:
+                yield future, value, None
+            pending.remove(future)
+            _release(future)
+
+
+def _wrapped(future: PrefectFuture[Any]) -> Any:
+    return getattr(future, "wrapped_future", None)
+
+
+def _is_done(future: PrefectFuture[Any]) -> bool:
+    wrapped = _wrapped(future)
+    return wrapped.done() if wrapped is not None else future.state.is_final()
+
+
+def _release(future: PrefectFuture[Any]) -> None:
+    """Drop a taken result from the cluster (a no-op for a local runner's future)."""
+    wrapped = _wrapped(future)
+    if hasattr(wrapped, "release"):
+        wrapped.release()
+
+
+class _Watchdog:
+    """Notices a cluster left without a worker that can run the pending tasks."""
+
+    def __init__(self, needs: str | None, grace: float) -> None:
+        self.needs, self.grace = needs, grace
+        self.checked = self.since = time.monotonic()
+
+    def check(self, pending: list[PrefectFuture[Any]], total: int) -> None:
+        now = time.monotonic()
+        client = getattr(_wrapped(pending[0]), "client", None)
+        if client is None or now - self.checked < 2.0:
+            return
+        self.checked = now
+        workers = client.scheduler_info(n_workers=-1)["workers"].values()
+        if any(self.needs is None or w.get("resources", {}).get(self.needs) for w in workers):
+            self.since = now
+        elif now - self.since > self.grace:
+            wanted = f" declaring {self.needs}" if self.needs else ""
+            raise ClusterGone(f"no Dask worker{wanted} left at {client.scheduler.address} for {self.grace:.0f} s; "
+                              f"{len(pending)} of {total} task(s) unfinished (start workers and run it again: "
+                              "what finished is kept)")  # fmt: skip

@@ -3,7 +3,9 @@ cluster) give exactly what the unmapped path gives, and a mapped encoding resume
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -13,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from distributed.diagnostics.plugin import SchedulerPlugin
 
 from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
 from odqa.flows.task_runners import RunnerSettings
@@ -64,6 +65,36 @@ def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatc
     monkeypatch.setenv(DASK_ADDRESS_ENV, "tcp://10.0.0.5:8786")
     assert mapping_runner(None).kind == "dask"
     assert task_threads(RunnerSettings()) is None  # decided on the workers, from the cluster's layout
+
+
+def test_settled_takes_and_releases_results_and_fails_without_workers() -> None:
+    """The wait of a mapped stage: a finished Dask task's result is released on the cluster once
+    taken (a worker lost later cannot make Dask run it again); a task no worker can run fails
+    the wait once no worker declaring the resource is left for the grace period."""
+    import operator
+    from uuid import uuid4
+
+    from distributed import Client, LocalCluster
+    from prefect_dask.task_runners import PrefectDaskFuture
+
+    from odqa.flows.task_runners import ACCELERATOR, ClusterGone, settled
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as local, \
+            Client(local) as client:  # fmt: skip
+        done = PrefectDaskFuture(uuid4(), client.submit(operator.add, 1, 2))
+        [(future, value, error)] = list(settled([done]))
+        assert future is done and value == 3 and error is None
+        deadline = time.monotonic() + 10
+        while done.wrapped_future.key in local.scheduler.tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.wrapped_future.key not in local.scheduler.tasks
+        stuck = PrefectDaskFuture(uuid4(), client.submit(operator.add, 1, 2, resources={ACCELERATOR: 1}))
+        started = time.monotonic()
+        with pytest.raises(
+            ClusterGone, match=f"no Dask worker declaring {ACCELERATOR} left at .* 1 of 1 task"
+        ):
+            list(settled([stuck], ACCELERATOR, grace=1))
+        assert time.monotonic() - started < 10
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +156,9 @@ def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
 
 
 @pytest.mark.e2e
-def test_mapped_encoding_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
+def test_mapped_encoding_equals_the_unmapped_path(
+    base: Path, cluster: str, model: str, tmp_path: Path
+) -> None:
     from odqa.flows.encode import encode_flow
 
     results = {}
@@ -181,8 +214,13 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
     extra = space.read_table("passages").slice(0, 1).to_pylist()[0]
     with space.transaction("one-more-passage") as tx:
         tx.write("passages", [{**extra, "passage_id": "extra-1", "source": "extra"}], source="extra")
-    release = reindex_flow(workspace=ws, model=model, bm25=False, shard_size=SHARD, batch_size=4, runner=runner)
-    assert release.figures["encoded_passages"] == PASSAGES + 1 and current_release(space).release == release.release
+    release = reindex_flow(
+        workspace=ws, model=model, bm25=False, shard_size=SHARD, batch_size=4, runner=runner
+    )
+    assert (
+        release.figures["encoded_passages"] == PASSAGES + 1
+        and current_release(space).release == release.release
+    )
     [served] = current_release(space).dense
     built = EncodedCorpus(IndexLayout.of(space).root / Path(served.indexes["flat"]).parent / "embeddings")
     assert built.ids().to_pylist() == [*ids, "extra-1"]
@@ -202,66 +240,26 @@ def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model:
         ws = copy_of(Path(indexed), tmp_path, f"mine-{name}")
         reports[name] = mine_flow(model=model, dataset="sample", split="dev", depth=20, count=5, workspace=ws,
                                   runner=runner, question_batch=6)  # fmt: skip
-        negatives[name] = Workspace.resolve(ws).sql(
-            "SELECT question_id, hard_negative_ids FROM questions ORDER BY question_id").to_pylist()
+        negatives[name] = (
+            Workspace.resolve(ws)
+            .sql("SELECT question_id, hard_negative_ids FROM questions ORDER BY question_id")
+            .to_pylist()
+        )
         files[name] = pq.read_table(reports[name].negatives_file)
     reference = negatives["unmapped"]
     assert len(reference) == 20 and sum(len(r["hard_negative_ids"]) for r in reference) > 20
     assert negatives["dask"] == reference
     assert files["dask"].equals(files["unmapped"])
-    same = {name: {**r.as_dict(), "negatives_file": Path(r.negatives_file).name} for name, r in reports.items()}
+    same = {
+        name: {**r.as_dict(), "negatives_file": Path(r.negatives_file).name} for name, r in reports.items()
+    }
     assert same["dask"] == same["unmapped"]
 
 
 # --- issue 33: capacity on the workers, shared clusters, lost workers, one encoding -----------
 
 
-class ShardCounts(SchedulerPlugin):
-    """A scheduler plugin counting, per worker, the tasks that finished there, and (when
-    ``lose_after`` is set) removing the worker of the that many-th finished one as a lost worker."""
-
-    name = "odqa-shard-counts"
-
-    def __init__(self, scheduler, lose_after: int | None = None) -> None:  # noqa: ANN001
-        self.scheduler, self.lose_after = scheduler, lose_after
-        self.per_worker: dict[str, int] = {}
-        self.finished: list[str] = []
-        self.asked: list[dict | None] = []  # each finished task's resource restrictions
-        self.times: list[float] = []  # when each finished
-        self.durations: list[float] = []  # how long each computed
-        self.lost_at: float | None = None
-        self.lost: str | None = None
-
-    def transition(self, key, start, finish, *args, **kwargs) -> None:  # noqa: ANN001 (Dask's plugin hook)
-        import asyncio
-
-        if start == "processing" and finish == "memory":  # only shard tasks run on this cluster
-            self.asked.append(self.scheduler.tasks[key].resource_restrictions)
-            self.per_worker[kwargs["worker"]] = self.per_worker.get(kwargs["worker"], 0) + 1
-            self.finished.append(str(key))
-            self.times.append(time.monotonic())
-            self.durations += [s["stop"] - s["start"] for s in kwargs["startstops"] if s["action"] == "compute"]
-            if self.lose_after and len(self.finished) == self.lose_after and self.lost is None:
-                self.lost, self.lost_at = kwargs["worker"], time.monotonic()
-                asyncio.ensure_future(self.scheduler.remove_worker(self.lost, stimulus_id="test-lost-worker"))
-
-
-@pytest.fixture()
-def accelerator_cluster() -> Iterator:
-    """Two workers, each declaring one unit of the accelerator resource."""
-    from distributed import LocalCluster
-
-    from odqa.flows.task_runners import ACCELERATOR
-
-    with LocalCluster(n_workers=2, threads_per_worker=2, processes=False, dashboard_address=None,
-                      resources={ACCELERATOR: 1}) as local:  # fmt: skip
-        yield local
-
-
-def _count_shards(cluster, lose_after: int | None = None) -> ShardCounts:
-    counts = ShardCounts(cluster.scheduler, lose_after)
-    cluster.scheduler.add_plugin(counts, name=ShardCounts.name)
-    return counts
+WATCH = Path(__file__).with_name("dask_shard_watch.py")  # the scheduler's preload: records, loses a worker
 
 
 @pytest.fixture(scope="module")
@@ -275,28 +273,135 @@ def reference(base: Path, model: str, tmp_path_factory) -> tuple[list[str], np.n
     return ids, vectors
 
 
-@pytest.mark.e2e
-def test_a_lost_worker_costs_only_its_task(base: Path, model: str, reference, accelerator_cluster,
-                                           tmp_path: Path) -> None:  # fmt: skip
-    """The worker of the second finished shard (of 6) is lost: the run finishes on the other one with the
-    same vectors. The shards whose results went with the lost worker are run again by Dask, find
-    their files written and take them (no passage is encoded twice), and no shard waits for the
-    lost worker: no gap between finished shards after the loss is longer than a shard takes
-    (the issue measured 70 s for a dead task's slot)."""
-    from odqa.flows.encode import encode_flow
+@pytest.fixture(scope="module")
+def real_dask(prefect_harness, tmp_path_factory) -> Iterator:
+    """A real cluster on 127.0.0.1, as a user starts one: `dask scheduler` (with the
+    `dask_shard_watch` preload) and two `dask worker --no-nanny --nthreads 1 --resources GPU=1`
+    processes. Shared by the tests (each arms the watch, and a dead worker is replaced first)."""
+    from tests.ops.dask_cluster import real_cluster
 
-    counts = _count_shards(accelerator_cluster, lose_after=2)
-    ws = copy_of(base, tmp_path, "lost")
-    report = encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD, batch_size=4,
-                         runner=RunnerSettings(kind="dask", dask_address=accelerator_cluster.scheduler_address))
-    assert counts.lost is not None and len(accelerator_cluster.scheduler.workers) == 1
-    assert counts.asked and all(asked == {"GPU": 1} for asked in counts.asked)  # capacity is the workers'
-    assert report.encoded_now + SMALL_SHARD * report.taken == PASSAGES and report.encoded_now < PASSAGES, report
+    with real_cluster(tmp_path_factory.mktemp("real-dask"), preload=WATCH) as cluster:
+        yield cluster
+
+
+def encode_on(cluster, ws: str, model: str, log: Path, shard_size: int = SMALL_SHARD):  # noqa: ANN001, ANN201
+    from tests.ops.dask_cluster import odqa_on
+
+    return odqa_on(cluster, log, "-w", ws, "encode", "--model", model, "--shard-size", str(shard_size),
+                   "--batch-size", "4")  # fmt: skip
+
+
+def progress_files(record: Path, *spaces: str) -> list[Path]:
+    """What a run on the cluster writes as it goes: the watch record and each workspace's log."""
+    return [record, *(Path(ws) / "logs" / "odqa.log" for ws in spaces)]
+
+
+@pytest.mark.e2e
+def test_two_workspaces_share_one_cluster(
+    base: Path, model: str, reference, real_dask, tmp_path: Path
+) -> None:
+    """Two workspaces' `odqa encode`, each in its own process, on one real cluster at once: both
+    finish with the default runner's vectors, every shard task asked for one accelerator unit,
+    both workers ran shards, and no process logged a lease error (nothing is leased from a
+    Prefect server on a cluster)."""
+    from tests.ops.dask_cluster import finish
+
+    record = real_dask.watch(tmp_path / "watch.json")
+    spaces = {name: copy_of(base, tmp_path, name) for name in ("first", "second")}
+    runs = {name: encode_on(real_dask, ws, model, tmp_path / f"{name}.log") for name, ws in spaces.items()}
+    try:
+        for name, run in runs.items():
+            finish(run, tmp_path / f"{name}.log", real_dask, progress_files(record, *spaces.values()))
+    finally:  # a failed wait leaves no run behind on the shared cluster
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    said = "\n".join(p.read_text(errors="replace") for p in [*tmp_path.glob("*.log"), *real_dask.logs.glob("*.log"),
+                                                            *progress_files(record, *spaces.values())[1:]])  # fmt: skip
+    for ws in spaces.values():
+        ids, vectors, shards = embeddings(ws, model)
+        assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
+        assert len(shards) == PASSAGES // SMALL_SHARD
+    finished = json.loads(record.read_text())["finished"]
+    assert len(finished) == 2 * PASSAGES // SMALL_SHARD and len({f["worker"] for f in finished}) == 2, (
+        finished
+    )
+    assert all(f["asked"] == {"GPU": 1} for f in finished), finished  # capacity is the workers'
+    assert not re.search(r"\blease|410 Gone", said, re.IGNORECASE), said[-4000:]  # ("release" is fine)
+
+
+@pytest.mark.e2e
+def test_a_killed_clients_queued_shards_do_not_start(
+    base: Path, model: str, real_dask, tmp_path: Path
+) -> None:
+    """`odqa encode` of 24 one-passage shards on the real cluster, its process SIGKILLed once 3
+    shards finished: the scheduler sees the client leave within seconds and sends no shard to a
+    worker after that (the 20-odd queued shards never start); the manifest keeps the finished
+    shards the client recorded, for the next run to resume after."""
+    from odqa.models.workspace_search import dense_build
+    from odqa.pipelines.dense.sharded_encoding import read_manifest
+    from odqa.storage.model_registry import resolve_model
+    from tests.ops.dask_cluster import LIMIT_S
+
+    record = real_dask.watch(tmp_path / "watch.json")
+    ws, log = copy_of(base, tmp_path, "killed-client"), tmp_path / "encode.log"
+    run = encode_on(real_dask, ws, model, log, shard_size=1)
+    try:
+        deadline = time.monotonic() + LIMIT_S
+        while not (record.exists() and len(json.loads(record.read_text())["finished"]) >= 3):
+            assert run.poll() is None and time.monotonic() < deadline, (
+                log.read_text()[-4000:],
+                real_dask.log_tails(),
+            )
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        killed_at = time.time()
+        run.wait()
+    time.sleep(8)  # time enough for the queued shards to run, were they still wanted
+    watch = json.loads(record.read_text())
+    [gone] = [at for client, at in watch["clients_gone"] if client.startswith("PrefectDaskClient")]
+    assert gone - killed_at < 5, watch
+    assert not [at for at in watch["assigned"] if at > gone], watch
+    assert 3 <= len(watch["finished"]) < PASSAGES, watch
+    space = Workspace.resolve(ws)
+    manifest = read_manifest(dense_build(space, resolve_model(space, model)).embeddings)
+    assert (
+        len(manifest.shards) <= len(watch["finished"]) and not manifest.complete
+    )  # what the client recorded
+
+
+@pytest.mark.e2e
+def test_a_lost_worker_costs_only_its_task(
+    base: Path, model: str, reference, real_dask, tmp_path: Path
+) -> None:
+    """`odqa encode` on the real cluster in its own process. Once the run has taken the second
+    finished shard, that shard's worker process is SIGKILLed mid-way through its next one. The
+    run finishes on the other worker with the default runner's vectors; no finished shard is
+    computed again (its result is released once taken), and no shard waits for the lost worker:
+    no gap between finished shards after the loss is longer than a shard takes, plus 5 s (the
+    issue measured 70 s for a dead task's slot). A hang fails once no process has written
+    anything for `STALL_S` (`dask_cluster.finish`). (Last in the module: it leaves a worker
+    dead, which the next `watch` would replace.)"""
+    from tests.ops.dask_cluster import finish
+
+    record = real_dask.watch(tmp_path / "watch.json", lose_after=2)
+    ws, log = copy_of(base, tmp_path, "lost"), tmp_path / "encode.log"
+    finish(encode_on(real_dask, ws, model, log), log, real_dask, progress_files(record, ws))
+    codes = [w.poll() for w in real_dask.workers]
+    assert codes.count(-9) == 1 and codes.count(None) == 1, (codes, real_dask.log_tails())
+    watch = json.loads(record.read_text())
+    lost, finished = watch["lost"], watch["finished"]
+    assert lost is not None and lost["processing"], watch  # killed mid-way through a shard
+    keys = [f["key"] for f in finished]
+    assert len(keys) == len(set(keys)) == PASSAGES // SMALL_SHARD, keys  # none computed twice
     ids, vectors, shards = embeddings(ws, model)
     assert ids == reference[0] and vectors.tobytes() == reference[1].tobytes()
     assert len(shards) == PASSAGES // SMALL_SHARD
-    after = [b - a for a, b in pairwise(counts.times) if a >= counts.lost_at]
-    assert max(after) <= max(counts.durations) + 5, (after, counts.durations)
+    after = [lost["at"], *(f["at"] for f in finished if f["at"] > lost["at"])]
+    longest = max(f["compute"] for f in finished)
+    assert len(after) > 1 and max(b - a for a, b in pairwise(after)) <= longest + 5, watch
 
 
 @pytest.mark.e2e
