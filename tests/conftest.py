@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,10 @@ os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
 # Flows in tests run against the session's server (`prefect_server`, on the project's backend),
 # never a temporary SQLite server Prefect would otherwise start for a flow run without one.
 os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
+# The machine's `gpu` slots are shared by every odqa process of the user; a test session (each
+# pytest-xdist worker, another checkout's suite) takes its own, so one's trainings never make
+# another's wait (tests/ops/test_concurrency_slots.py checks the sharing with a folder of its own).
+os.environ.setdefault("ODQA_SLOT_DIR", str(Path(tempfile.gettempdir()) / f"odqa-test-slots-{os.getpid()}"))
 
 
 def shared_data(*parts: str) -> Path:
