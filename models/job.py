@@ -24,7 +24,7 @@ from ..storage.atomic import atomic_write_json
 from .data import MultiSetSampler, read_examples
 from .dev_eval import InMemoryDevEvaluator
 from .retriever import create_retriever
-from .trainer import Trainer, TrainingConfig, TrainResult
+from .trainer import Trainer, TrainingConfig, TrainResult, seed_everything
 
 
 @dataclass
@@ -80,6 +80,10 @@ def run_job(job: TrainingJob) -> TrainResult:
         names=[s.name for s in job.train_sets],
     )
     evaluator = InMemoryDevEvaluator(read_examples(Path(job.dev_path))) if job.dev_path else None
+    # The layers a retriever adds to its base (TASER's experts, DESIRE-ME's gate and specialisers)
+    # start from the run's seed, not from whatever the process drew before: two trainings with the
+    # same seed in one process (a worker, a notebook) give the same model.
+    seed_everything(config.seed)
     retriever = create_retriever(job.arch, job.base, **job.model_options)
     result = Trainer(retriever, sampler, config, evaluator).train(resume=job.resume)
     result.retriever_config = retriever.config.to_dict()

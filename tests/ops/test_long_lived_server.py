@@ -38,8 +38,9 @@ sleeper()
 # What `odqa import questions` may change in a workspace: its table and the metrics rows it
 # records about the import, the snapshot that commits them, the catalog's views, the log, and
 # the Prefect server's state and log.
+# (locks/: the import's writer lock file, which names its last holder)
 SECOND_VERB_WRITES = ("tables/questions/", "tables/metrics/", "snapshot.json", "snapshots/", "catalog.duckdb",
-                      "logs/", "prefect/", "prefect-logs/")  # fmt: skip
+                      "logs/", "prefect/", "prefect-logs/", "locks/")  # fmt: skip
 
 
 def cli_env(tmp_path: Path) -> dict[str, str]:

@@ -339,7 +339,7 @@ def test_a_killed_clients_queued_shards_do_not_start(
     shards finished: the scheduler sees the client leave within seconds and sends no shard to a
     worker after that (the 20-odd queued shards never start); the manifest keeps the finished
     shards the client recorded, for the next run to resume after."""
-    from odqa.models.workspace_search import dense_build
+    from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import read_manifest
     from odqa.storage.model_registry import resolve_model
     from tests.ops.dask_cluster import LIMIT_S
