@@ -340,12 +340,8 @@ class Cluster:
 
 def _alive(pid: int) -> bool:
     """A running process (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not _exists(pid):
         return False
-    except PermissionError:
-        pass
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
