@@ -92,11 +92,28 @@ def _finished(deployment_id: str, known: set, logs: Path, timeout: float = RUN_T
 async def _run_logs(flow_run_id) -> str:
     from prefect.client.orchestration import get_client
 
+    messages: list[str] = []
     async with get_client() as client:
-        response = await client._client.post("/logs/filter", json={
-            "logs": {"flow_run_id": {"any_": [str(flow_run_id)]}}, "limit": 200, "offset": 0, "sort": "TIMESTAMP_ASC"})
-        response.raise_for_status()
-        return "\n".join(entry["message"] for entry in response.json())
+        while True:  # the server answers at most 200 lines a call
+            response = await client._client.post("/logs/filter", json={
+                "logs": {"flow_run_id": {"any_": [str(flow_run_id)]}}, "limit": 200, "offset": len(messages),
+                "sort": "TIMESTAMP_ASC"})  # fmt: skip
+            response.raise_for_status()
+            page = [entry["message"] for entry in response.json()]
+            messages += page
+            if len(page) < 200:
+                return "\n".join(messages)
+
+
+def _logs_showing(flow_run_id, pattern: str, seconds: float = 60) -> str:
+    """The run's logs once they show ``pattern`` (or after ``seconds``): the flow's process sends
+    its last lines in a batch that may reach the server after the run's state turned Completed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        text = asyncio.run(_run_logs(flow_run_id))
+        if re.search(pattern, text) or time.monotonic() > deadline:
+            return text
+        time.sleep(1)
 
 
 async def _artifact_id(key: str) -> str:
@@ -214,7 +231,7 @@ def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: 
             reindexed = _finished(reindex["id"], known, logs)
         release = current_release(Workspace.resolve(ws))
         assert release is not None and release.default_model and "mine" in release.default_model, release
-        text = asyncio.run(_run_logs(reindexed.id))
+        text = _logs_showing(reindexed.id, r"re-index \S+ published")
         assert f"looked at {ws / 'incoming'}: passages new.tsv (dpr-tsv)" in text, text
         assert "new.tsv: 1 passages imported" in text and f"passages: {len(PASSAGES)} before, 6 now" in text, text
         assert re.search(r"re-index \S+ published", text), text
