@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from odqa.flows.backend.local_server import is_prefect_server, read_record, reset_server
+from tests.ops.cli_process import REPO_ROOT, cli_env, odqa
 from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SLEEPER = """
 import time
 from prefect import flow, task
@@ -41,27 +41,6 @@ sleeper()
 # (locks/: the import's writer lock file, which names its last holder)
 SECOND_VERB_WRITES = ("tables/questions/", "tables/metrics/", "snapshot.json", "snapshots/", "catalog.duckdb",
                       "logs/", "prefect/", "prefect-logs/", "locks/")  # fmt: skip
-
-
-def cli_env(tmp_path: Path) -> dict[str, str]:
-    """No Prefect server configured anywhere: the CLI must use the workspace's own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
-    env.update(PYTHONPATH=str(REPO_ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
-               PREFECT_PROFILES_PATH=str(tmp_path / "no-profiles.toml"), HF_HUB_OFFLINE="1",
-               ODQA_PREFECT_STARTUP_TIMEOUT="300",
-               # Any free port, not 4200: a server there would take calls of other checkouts
-               # that look for `./run server` at its default address.
-               ODQA_PREFECT_PORT="0")  # fmt: skip
-    for name in ("ODQA_POSTGRES_DIR", "ODQA_POSTGRES_BIN", "ODQA_POSTGRES_USER", "ODQA_PREFECT_BACKEND"):
-        if name in os.environ:  # the backend the rest of the session uses
-            env[name] = os.environ[name]
-    return env
-
-
-def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from odqa.flows.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=600)  # fmt: skip
 
 
 def files(root: Path) -> dict[str, str]:

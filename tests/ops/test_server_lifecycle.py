@@ -33,27 +33,9 @@ from odqa.flows.backend.local_server import (
     running_server,
 )
 from odqa.flows.backend.postgres import PostgresUnavailable, local_cluster
+from tests.ops.cli_process import REPO_ROOT, cli_env, odqa
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
-
-
-def cli_env(tmp_path: Path) -> dict[str, str]:
-    """No Prefect server configured anywhere (the CLI uses the workspace's own), any free port."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "ODQA_"))}
-    env.update(PYTHONPATH=str(REPO_ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"),
-               PREFECT_PROFILES_PATH=str(tmp_path / "no-profiles.toml"), HF_HUB_OFFLINE="1",
-               ODQA_PREFECT_STARTUP_TIMEOUT="300", ODQA_PREFECT_PORT="0")  # fmt: skip
-    for name in ("ODQA_POSTGRES_DIR", "ODQA_POSTGRES_BIN", "ODQA_POSTGRES_USER", "ODQA_PREFECT_BACKEND"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
-def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from odqa.flows.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=600)  # fmt: skip
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
