@@ -70,7 +70,7 @@ class Workspace:
         micro, per relation and macro; the qrels metrics), as rows shaped like the `metrics`
         table; nothing is written. `ks` defaults to odqa's cut-offs, `match` as `--match`."""
         # The verb's own scoring; it imports Prefect's library (and starts nothing).
-        from ..flows.evaluate import score_run
+        from ..flows.stages.evaluate import score_run
         from ..pipelines.evaluation.answers import MATCH_CHOICES
         from ..pipelines.evaluation.metrics import DEFAULT_KS, metrics_table
 

@@ -108,10 +108,10 @@ def main() -> None:
                                 direct_command("from odqa.storage import Workspace",
                                                f"Workspace.resolve({str(ws)!r}).sql('SELECT 1')")),
         "odqa search (BM25)": ([*w, "search", QUESTION],
-                               direct_command("from odqa.flows.search import SearchSession",
+                               direct_command("from odqa.flows.stages.search import SearchSession",
                                               search.format(q=QUESTION, r="bm25", m=None, w=str(ws)))),
         "odqa search --model MiniLM (dense)": ([*w, "search", "--model", model, QUESTION],
-                                               direct_command("from odqa.flows.search import SearchSession",
+                                               direct_command("from odqa.flows.stages.search import SearchSession",
                                                               search.format(q=QUESTION, r="dense", m=model,
                                                                             w=str(ws)))),
     }  # fmt: skip

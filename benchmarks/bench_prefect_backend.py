@@ -129,11 +129,11 @@ def cli_overhead(tmp: Path, repeats: int) -> dict:
     verbs = {
         "odqa import passages (unchanged file)": (
             odqa("-w", str(ws), "import", "passages", "--format", "dpr-tsv", str(tsv)),
-            [sys.executable, "-c", direct.format(module="odqa.flows.passages", flow="import_passages_flow",
+            [sys.executable, "-c", direct.format(module="odqa.flows.stages.passages", flow="import_passages_flow",
                                                  args=f"fmt='dpr-tsv', path={str(tsv)!r}, workspace={str(ws)!r}")]),
         "odqa evaluate (unchanged run)": (
             odqa("-w", str(ws), "evaluate", "--run", "toy-run"),
-            [sys.executable, "-c", direct.format(module="odqa.flows.evaluate", flow="evaluate_flow",
+            [sys.executable, "-c", direct.format(module="odqa.flows.stages.evaluate", flow="evaluate_flow",
                                                  args=f"run='toy-run', workspace={str(ws)!r}")]),
     }  # fmt: skip
     samples: dict[tuple[str, str], list[float]] = {(v, side): [] for v in verbs for side in ("cli", "direct")}

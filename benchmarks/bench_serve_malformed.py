@@ -44,7 +44,7 @@ from tests.serve.load import LoadGenerator, problems  # noqa: E402
 def build_workspace(root: Path) -> None:
     """One release of the bundled sample (BM25 + MiniLM flat index)."""
     from odqa.flows.backend.local_server import reset_server
-    from odqa.flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
 
     odqa = [sys.executable, "-c", "from odqa.flows.cli import main; main()", "-w", str(root), "reindex", "--model", minilm()]
     try:

@@ -50,7 +50,7 @@ DUMP_AFTER_S = 8.0
 
 def build_workspace(root: Path) -> None:
     """Three releases of the bundled sample: the sample, then one marker passage more each."""
-    from odqa.flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
 
     odqa = [sys.executable, "-c", "from odqa.flows.cli import main; main()", "-w", str(root), "reindex", "--model", minilm()]
     steps = [["--dump", str(SAMPLE_DUMP)]]

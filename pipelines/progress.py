@@ -11,7 +11,7 @@ happens:
   loss and learning rate). tqdm's default ``disable=None`` would print nothing at all there.
 
 This module imports no Prefect (pipelines/ and models/ must run without it): flows route the
-``odqa.progress`` logger into the flow run's logs (``flows.runtime``), which is what Prefect's
+``odqa.progress`` logger into the flow run's logs (``flows.plumbing.runtime``), which is what Prefect's
 UI shows in a run's log tab.
 
 ``ODQA_PROGRESS`` forces a mode: ``bar``, ``log`` or ``off``. Under torchrun only rank 0

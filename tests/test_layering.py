@@ -136,7 +136,7 @@ def test_the_check_sees_an_upward_relative_import(tmp_path: Path, monkeypatch) -
     path = REPO_ROOT / "storage" / "locks.py"
     text = path.read_text(encoding="utf-8")
     copy = tmp_path / "locks.py"
-    copy.write_text(text + "\nfrom ..flows.console import tell\n", encoding="utf-8")
+    copy.write_text(text + "\nfrom ..flows.plumbing.console import tell\n", encoding="utf-8")
     found = [target for target, _ in _imports(copy, "odqa.storage.locks")]
-    assert "odqa.flows.console.tell" in found
-    assert _floor("odqa.flows.console")[1] > _floor("odqa.storage.locks")[1]
+    assert "odqa.flows.plumbing.console.tell" in found
+    assert _floor("odqa.flows.plumbing.console")[1] > _floor("odqa.storage.locks")[1]

@@ -603,7 +603,7 @@ def _orphaned(run, live_since: datetime | None) -> bool:
     return live_since is None or (run.created is not None and run.created < live_since)
 
 
-# -- temporary servers (tests, `flows.server.local_prefect`) -----------------------------------
+# -- temporary servers (tests, `flows.plumbing.server.local_prefect`) -----------------------------------
 @dataclass(frozen=True)
 class TemporaryServer:
     api_url: str

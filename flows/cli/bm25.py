@@ -13,6 +13,6 @@ from .report import echo_report
 @click.pass_context
 def bm25_index(ctx: click.Context, threads: int | None) -> None:
     """Index every passage (title + text) with positions, doc vectors and raw text stored."""
-    from ..bm25 import bm25_index_flow
+    from ..stages.bm25 import bm25_index_flow
 
     echo_report("bm25 index", bm25_index_flow(workspace=workspace_arg(ctx), threads=threads))

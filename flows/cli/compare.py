@@ -20,7 +20,7 @@ def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alph
     """Compare RUNS: means per metric, two-sided paired t-tests with Bonferroni correction."""
     import pyarrow as pa
 
-    from ..compare import compare_flow
+    from ..compositions.compare import compare_flow
     from .sql import render
 
     report = compare_flow(runs=list(runs), ks=parse_cutoffs(ks), match=match, alpha=alpha, workspace=workspace_arg(ctx))

@@ -11,7 +11,7 @@ from .groups import main, workspace_arg
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """Run the pipeline on the bundled sample into the workspace and show the results."""
-    from ..demo import demo_flow
+    from ..compositions.demo import demo_flow
 
     # Every stage prints its own line with its time; progress of a long one every 2 minutes.
     ctx.find_root().obj["terminal"].terminal.stage_lines(gap=120.0)

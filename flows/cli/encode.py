@@ -27,7 +27,7 @@ def encode(ctx: click.Context, model: str, shard_size: int, batch_size: int, dty
 
     By default one process encodes (one per GPU when there are several); `--runner` /
     `--dask-address` map one task per shard over a Prefect task runner instead."""
-    from ..encode import encode_flow
+    from ..stages.encode import encode_flow
 
     report = encode_flow(model=model, workspace=workspace_arg(ctx), shard_size=shard_size, batch_size=batch_size,
                          dtype=dtype, precision=precision,

@@ -33,7 +33,7 @@ def split_line(split: dict[str, Any]) -> str:
 def evaluate(ctx: click.Context, run: str, ks: str, match: str, groups: bool) -> None:
     """Evaluate RUN into the metrics table and print its figures (and a plot path)."""
     from ...storage.metrics import run_metrics
-    from ..evaluate import evaluate_flow
+    from ..stages.evaluate import evaluate_flow
     from .sql import render
 
     report = evaluate_flow(run=run, ks=parse_cutoffs(ks), match=match, workspace=workspace_arg(ctx))

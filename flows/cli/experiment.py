@@ -1,5 +1,5 @@
 """`odqa experiment dual-encoders` and `odqa experiment taser`: the papers' comparisons in one
-command each (flows in flows/experiments.py), over any question sets the workspace holds."""
+command each (flows in flows/compositions/experiments.py), over any question sets the workspace holds."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _archs(value: str) -> list[str]:
 
 def _with_budget(options: dict[str, Any]) -> dict[str, Any]:
     """The recipe options as an experiment's parameters: data and cut-offs, and the Budget."""
-    from ..experiments import Budget
+    from ..compositions.experiments import Budget
 
     arguments = recipe_arguments(options)
     fields = set(Budget.model_fields)
@@ -70,7 +70,7 @@ def _echo(report: Any) -> None:
 def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rounds: int, alpha: float,
                   **options: Any) -> None:  # fmt: skip
     """SDE, ADE, ADE-STE, ADE-FTE, ADE-SPL and TASER from one base with one budget, side by side."""
-    from ..experiments import dual_encoders_experiment_flow
+    from ..compositions.experiments import dual_encoders_experiment_flow
 
     chosen = _archs(archs)
     if reference not in chosen:
@@ -95,7 +95,7 @@ def taser(ctx: click.Context, name: str, rounds: int, routing: str, holdout: flo
           **options: Any) -> None:  # fmt: skip
     """TASER vs DPR (same recipe and budget) vs BM25 vs their hybrids with BM25, with the
     parameter ratio TASER/DPR."""
-    from ..experiments import taser_experiment_flow
+    from ..compositions.experiments import taser_experiment_flow
 
     report = taser_experiment_flow(name=name, rounds=rounds, routing=routing, holdout=holdout, alpha=alpha,
                                    workspace=workspace_arg(ctx), **_with_budget(options))  # fmt: skip

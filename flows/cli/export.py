@@ -14,7 +14,7 @@ from .report import echo_report
 @click.pass_context
 def export_passages(ctx: click.Context, fmt: str, out: str) -> None:
     """Write the passages table to OUT as DPR's psgs_w100.tsv (header id, text, title)."""
-    from ..passages import export_passages_flow
+    from ..stages.passages import export_passages_flow
 
     echo_report("export passages", export_passages_flow(out=out, fmt=fmt, workspace=workspace_arg(ctx)))
 
@@ -28,7 +28,7 @@ def export_passages(ctx: click.Context, fmt: str, out: str) -> None:
 def export_model(ctx: click.Context, model: str, fmt: str, out: str) -> None:
     """Write MODEL (a model id, folder or hub name) as a folder that SentenceTransformer(OUT) loads
     without odqa; encode passages as (title, text) pairs (see the folder's README.md)."""
-    from ..export import export_model_flow
+    from ..stages.export import export_model_flow
 
     echo_report("export model", export_model_flow(model=model, out=out, fmt=fmt, workspace=workspace_arg(ctx)))
 
@@ -41,6 +41,6 @@ def export_model(ctx: click.Context, model: str, fmt: str, out: str) -> None:
 def export_beir(ctx: click.Context, dataset: str, split: str, out: str) -> None:
     """Write the passages and DATASET/SPLIT's questions and judgments (positive passages) in BEIR's
     layout: OUT/corpus.jsonl, OUT/queries.jsonl, OUT/qrels/SPLIT.tsv."""
-    from ..export import export_beir_flow
+    from ..stages.export import export_beir_flow
 
     echo_report("export beir", export_beir_flow(dataset=dataset, split=split, out=out, workspace=workspace_arg(ctx)))

@@ -26,7 +26,7 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
     Each file is a source of its own (its full path): another file adds passages, ids stay unique
     across the workspace, and the report gives passages added, replaced and kept, with the total.
     """
-    from ..passages import import_passages_flow
+    from ..stages.passages import import_passages_flow
 
     report = import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx), replace=replace,
                                   on_duplicate=on_duplicate, max_record_bytes=max_record_bytes)  # fmt: skip
@@ -54,7 +54,7 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, rep
     Each file is a source of its own (its full path): another file adds questions, ids stay unique
     across the workspace, and the report gives questions added, replaced and kept, with the total.
     """
-    from ..questions import import_questions_flow
+    from ..stages.questions import import_questions_flow
 
     report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx),
                                    replace=replace, on_duplicate=on_duplicate,
@@ -69,7 +69,7 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, rep
 @click.pass_context
 def import_run(ctx: click.Context, fmt: str, run: str, path: str) -> None:
     """Import a run file (`qid Q0 docid rank score tag`); ranks are re-derived from scores."""
-    from ..import_run import import_run_flow
+    from ..stages.import_run import import_run_flow
 
     echo_report("import run", import_run_flow(path=path, run=run, fmt=fmt, workspace=workspace_arg(ctx)))
 

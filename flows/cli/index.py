@@ -27,7 +27,7 @@ def index_build(ctx: click.Context, model: str, index_type: str, hnsw_m: int | N
                 runner_workers: int | None, dask_address: str | None) -> None:  # fmt: skip
     """Build the index (encoding the passages first when their embeddings are missing or stale;
     the runner options apply to that encoding). The build plan is logged first."""
-    from ..index import index_build_flow
+    from ..stages.index import index_build_flow
 
     report = index_build_flow(model=model, index_type=index_type, workspace=workspace_arg(ctx), hnsw_m=hnsw_m,
                               nlist=nlist, pq_m=pq_m, shards_per_part=shards_per_part, memory_gb=memory_gb,

@@ -24,7 +24,7 @@ def ingest_wikipedia(ctx: click.Context, dump: str, words_per_passage: int, keep
 
     By default pages are cleaned by a local process pool; `--runner` / `--dask-address` map the
     page chunks over a Prefect task runner instead (a Dask cluster for several machines)."""
-    from ..wikipedia import ingest_wikipedia_flow
+    from ..stages.wikipedia import ingest_wikipedia_flow
 
     report = ingest_wikipedia_flow(
         dump=dump, workspace=workspace_arg(ctx), words_per_passage=words_per_passage, keep_lists=keep_lists,
@@ -66,7 +66,7 @@ def ingest_categories(
     skip_bad: bool,
 ) -> None:
     """Ingest MediaWiki SQL dumps into category_links (and articles when no XML dump was ingested)."""
-    from ..categories import ingest_categories_flow
+    from ..stages.categories import ingest_categories_flow
 
     report = ingest_categories_flow(
         page=page,

@@ -26,7 +26,7 @@ from .report import echo_report
 @click.pass_context
 def label_domains(ctx: click.Context, domains_file: str | None, max_depth: int | None) -> None:
     """Label articles and questions with domains from the category graph; print the coverage report."""
-    from ..categories import label_domains_flow
+    from ..stages.categories import label_domains_flow
 
     report = label_domains_flow(workspace=workspace_arg(ctx), domains_file=domains_file, max_depth=max_depth)
     echo_report("label domains", report)

@@ -26,7 +26,7 @@ def mine(ctx: click.Context, model: str, dataset: str, split: str, mode: str, de
          index_type: str, question_batch: int, runner: str | None, runner_workers: int | None,
          dask_address: str | None) -> None:  # fmt: skip
     """Hard negatives from MODEL's top passages (no gold, no answer-bearing) into hard_negative_ids."""
-    from ..mine import mine_flow
+    from ..stages.mine import mine_flow
 
     report = mine_flow(model=model, dataset=dataset, split=split, mode=mode, depth=depth, count=count,
                        index_type=index_type, workspace=workspace_arg(ctx), question_batch=question_batch,

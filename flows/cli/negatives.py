@@ -22,7 +22,7 @@ def negatives_bm25(
     ctx: click.Context, dataset: str, split: str, count: int, depth: int, threads: int | None
 ) -> None:
     """Top BM25 passages that contain no answer and are not positives (DPR's recipe)."""
-    from ..negatives import bm25_negatives_flow
+    from ..stages.negatives import bm25_negatives_flow
 
     report = bm25_negatives_flow(dataset=dataset, split=split, count=count, depth=depth, threads=threads,
                                  workspace=workspace_arg(ctx))  # fmt: skip

@@ -19,7 +19,7 @@ from .report import echo_report
 def plot_embeddings(ctx: click.Context, model: str, dataset: str | None, split: str | None, samples: int,
                     seed: int) -> None:  # fmt: skip
     """t-SNE of question vs passage embeddings: do the two towers share one space?"""
-    from ..plot_embeddings import plot_embeddings_flow
+    from ..stages.plot_embeddings import plot_embeddings_flow
 
     report = plot_embeddings_flow(model=model, dataset=dataset, split=split, samples=samples, seed=seed,
                                   workspace=workspace_arg(ctx))  # fmt: skip

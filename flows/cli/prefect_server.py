@@ -23,7 +23,7 @@ def _workspace(ctx: click.Context):
 @click.pass_context
 def server_status(ctx: click.Context) -> None:
     """Where the workspace's server runs (UI, API, pid), its database and its log."""
-    from ..server import status_lines
+    from ..plumbing.server import status_lines
 
     click.echo("\n".join(status_lines(_workspace(ctx))))
 
@@ -31,7 +31,7 @@ def server_status(ctx: click.Context) -> None:
 @server_group.command("list")
 def server_list() -> None:
     """Every Prefect server odqa runs on this machine: pid, port, memory, workspace."""
-    from ..server import list_lines
+    from ..plumbing.server import list_lines
 
     click.echo("\n".join(list_lines()))
 
@@ -65,7 +65,7 @@ def deployments(ctx: click.Context) -> None:
 
     from tabulate import tabulate
 
-    from ..deployment_runs import deployments_with_last_runs
+    from ..plumbing.deployment_runs import deployments_with_last_runs
 
     api = prefect_api_of(ctx)
     rows = asyncio.run(deployments_with_last_runs(api.url))

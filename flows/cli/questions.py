@@ -38,7 +38,7 @@ def questions_trex(ctx: click.Context, sparql: str | None, trex: str | None, tri
                    split: str | None, size_per_relation: int, analysis_per_relation: int, page_size: int, retries: int,
                    timeout: float, user_agent: str | None) -> None:
     """Template questions from (subject, relation, object) facts, split as in the thesis."""
-    from ..questions import trex_questions_flow
+    from ..stages.questions import trex_questions_flow
 
     wanted = [r.strip() for value in relations for r in value.split(",") if r.strip()] or None
     report = trex_questions_flow(
@@ -63,7 +63,7 @@ def questions_trex(ctx: click.Context, sparql: str | None, trex: str | None, tri
 def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, seed: int, min_questions: int,
                   negatives: int, memory_limit: str) -> None:
     """Sample PAQ metadata FILE (.jsonl or .jsonl.gz) as in the thesis, plus the flipped variant."""
-    from ..questions import paq_questions_flow
+    from ..stages.questions import paq_questions_flow
 
     report = paq_questions_flow(path=file, dataset=dataset, passages=passages, seed=seed, min_questions=min_questions,
                                 negatives=negatives, memory_limit=memory_limit, workspace=workspace_arg(ctx))

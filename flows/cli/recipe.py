@@ -1,5 +1,5 @@
 """`odqa train-rounds`: TASER's recipe (BM25 negatives, train, mine, train again; then the hybrid
-weight on held-out training questions) as one resumable command (flow in flows/recipe.py).
+weight on held-out training questions) as one resumable command (flow in flows/compositions/recipe.py).
 
 The budget and mining options are shared with `odqa experiment` (`recipe_options`)."""
 
@@ -79,7 +79,7 @@ def train_rounds(ctx: click.Context, model_id: str, rounds: int, holdout: float,
     train again; then alpha tuned on held-out training questions, and dense, hybrid and BM25
     evaluated. Each round's figures are printed and stored in `metrics`."""
     from ...storage.experiments import RECIPE
-    from ..recipe import train_rounds_flow
+    from ..compositions.recipe import train_rounds_flow
 
     arguments = recipe_arguments(options)
     retriever = settings_from(RetrieverSettings, {**options, "base": arguments.pop("base")})

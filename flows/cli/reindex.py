@@ -34,7 +34,7 @@ def reindex(ctx: click.Context, dump: str | None, passages: str | None, passages
     """Re-index: ingest DUMP or PASSAGES (or nothing: rebuild for the current passages), build the
     indexes beside the served ones, publish them; a running `odqa serve` switches without a failed
     request. The same flow as the `reindex` deployment (weekly in prefect.yaml)."""
-    from ..reindex import reindex_flow
+    from ..compositions.reindex import reindex_flow
 
     report = reindex_flow(workspace=workspace_arg(ctx), dump=dump, passages=passages, passages_format=passages_format,
                           model=model, index_type=index_type, bm25=bm25, dense=dense, wait_seconds=wait_seconds,

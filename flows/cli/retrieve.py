@@ -32,7 +32,7 @@ def retrieve(ctx: click.Context, retriever: str, dataset: str, split: str, run: 
     """Retrieve the top K passages for every question of DATASET/SPLIT into the runs table."""
     if retriever != "bm25" and not model:
         raise click.UsageError(f"--retriever {retriever} needs --model (a model id, HF name or folder)")
-    from ..retrieve import retrieve_flow
+    from ..stages.retrieve import retrieve_flow
 
     report = retrieve_flow(dataset=dataset, split=split, run=run, retriever=retriever, k=k, model=model, alpha=alpha,
                            index_type=index_type, depth=depth, k1=k1, b=b, threads=threads, trec=trec,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-if TYPE_CHECKING:  # imported when a verb runs: flows.task_runners imports Prefect
-    from ..task_runners import RunnerSettings
+if TYPE_CHECKING:  # imported when a verb runs: flows.plumbing.task_runners imports Prefect
+    from ..plumbing.task_runners import RunnerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,7 +32,7 @@ def runner_settings(runner: str | None, runner_workers: int | None, dask_address
     """The settings the options name, or None when none was given (the flow's default path)."""
     if runner is None and runner_workers is None and dask_address is None:
         return None
-    from ..task_runners import RunnerSettings
+    from ..plumbing.task_runners import RunnerSettings
 
     return RunnerSettings(kind=runner or ("dask" if dask_address else "threads"), workers=runner_workers,
                           dask_address=dask_address)  # fmt: skip

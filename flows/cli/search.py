@@ -2,7 +2,7 @@
 
 Questions come from the arguments, else from stdin: on a terminal a prompt answers each line as
 it is typed; piped, each line is answered (and flushed) before the next is read, so a program can
-talk to it. The searcher is opened once for all of them (`flows.search.SearchSession`), and no
+talk to it. The searcher is opened once for all of them (`flows.stages.search.SearchSession`), and no
 Prefect flow runs: searching writes nothing to track.
 """
 
@@ -61,7 +61,7 @@ def search(ctx: click.Context, questions: tuple[str, ...], retriever: str | None
     """Print the top passages (title, score, text) for each QUESTION, else for each line of stdin
     (a prompt on a terminal), answering each as it comes. Builds nothing: a missing index is an
     error naming the command that builds it."""
-    from ..search import SearchSession
+    from ..stages.search import SearchSession
 
     chosen = retriever or ("dense" if model else "bm25")
     answered = 0

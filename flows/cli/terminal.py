@@ -2,7 +2,7 @@
 
 Default: the terminal gets the stage's progress (``odqa.progress`` records: tqdm bars drawn by
 ``pipelines.progress`` on a TTY, one-line records off it), lines flows mark for the user
-(``flows.console.tell``), warnings of our own code, and the command's summary. Every log record
+(``flows.plumbing.console.tell``), warnings of our own code, and the command's summary. Every log record
 — Prefect's "flow run created", "task finished", run reports — goes to
 ``<workspace>/logs/odqa.log`` (appended, timestamped, with the process id). ``-v`` prints those
 records on the terminal as well.
@@ -32,7 +32,7 @@ from pathlib import Path
 import click
 
 from ...pipelines.progress import LOGGER_NAME as PROGRESS_LOGGER
-from ..console import LogFileHandler, RunFormatter, is_console_record
+from ..plumbing.console import LogFileHandler, RunFormatter, is_console_record
 
 LOG_DIR = "logs"
 LOG_NAME = "odqa.log"

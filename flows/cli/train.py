@@ -51,7 +51,7 @@ def train(ctx: click.Context, train_sets: tuple[str, ...], dev: str | None, mode
           **options: Any) -> None:  # fmt: skip
     """Train a retriever and record it in the `models` table (options: models/settings.py)."""
     if qsft:
-        from ..qsft import qsft_flow
+        from ..stages.qsft import qsft_flow
 
         report = qsft_flow(model=options["base"], train=list(train_sets), model_id=model_id, index_type=index_type,
                            epochs=options["epochs"] or 2, batch_size=options["batch_size"], lr=options["lr"],
@@ -62,7 +62,7 @@ def train(ctx: click.Context, train_sets: tuple[str, ...], dev: str | None, mode
     if options["arch"] is None:
         raise click.UsageError("--arch is required (unless --qsft)")
     retriever, training = settings_from(RetrieverSettings, options), settings_from(TrainSettings, options)
-    from ..train import train_flow
+    from ..stages.train import train_flow
 
     report = train_flow(model_id=model_id, train=list(train_sets), retriever=retriever, training=training, dev=dev,
                         resume={None: "auto", True: "continue", False: "restart"}[resume],

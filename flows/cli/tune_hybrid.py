@@ -17,7 +17,7 @@ from .report import echo_report
 @click.pass_context
 def tune_hybrid(ctx: click.Context, model: str, dev: tuple[str, ...], k: int, index_type: str) -> None:
     """Pick the hybrid weight alpha in 0.5..2.0 (step 0.1) with the best dev R@k and store it."""
-    from ..tune_hybrid import tune_hybrid_flow
+    from ..stages.tune_hybrid import tune_hybrid_flow
 
     report = tune_hybrid_flow(model=model, dev=list(dev), k=k, index_type=index_type, workspace=workspace_arg(ctx))
     echo_report("tune-hybrid", report)

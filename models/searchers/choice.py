@@ -23,7 +23,7 @@ from .bm25 import open_bm25_searcher
 from .dense import open_dense_searcher
 from .encoders import EncoderCache, thread_encoders
 
-# Builds the model's index when it is missing or stale (the flows pass `flows.index.ensure_dense_index`).
+# Builds the model's index when it is missing or stale (the flows pass `flows.stages.index.ensure_dense_index`).
 IndexBuilder = Callable[[Workspace, ModelRef, IndexType, EncoderCache], None]
 
 

@@ -2,5 +2,5 @@
 iterative hard-negative mining, query-side fine-tuning and the t-SNE tower probe.
 
 Every step here is pure (numpy arrays, Arrow tables, plain directories handed in by the caller);
-the flows (`flows/encode.py`, `flows/index.py`, ...) and `storage.index_layout` decide where the workspace keeps the results.
+the flows (`flows/stages/encode.py`, `flows/stages/index.py`, ...) and `storage.index_layout` decide where the workspace keeps the results.
 """

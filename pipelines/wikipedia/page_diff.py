@@ -212,6 +212,6 @@ def diff_chunk(pages: list[RawPage], options: IngestOptions, index: int, previou
 def diff_chunks(raw_chunks: Iterable[tuple[int, list[RawPage]]], options: IngestOptions, previous: PageHashes,
                 old: PreviousRows | None, counts: DiffCounts, hashes: PageHashWriter | None = None
                 ) -> Iterator[ChunkResult]:
-    """``diff_chunk`` over a dump's raw chunks, in order (what ``flows.wikipedia.ingest_dump`` writes)."""
+    """``diff_chunk`` over a dump's raw chunks, in order (what ``flows.stages.wikipedia.ingest_dump`` writes)."""
     for index, pages in raw_chunks:
         yield diff_chunk(pages, options, index, previous, old, counts, hashes)

@@ -41,8 +41,8 @@ def sql(cli, ws: Path, query: str) -> list[dict]:
 
 @pytest.mark.e2e
 def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
-    from odqa.flows.qsft import qsft_flow
-    from odqa.flows.retrieve import retrieve_flow
+    from odqa.flows.stages.qsft import qsft_flow
+    from odqa.flows.stages.retrieve import retrieve_flow
     from odqa.storage.index_layout import IndexLayout
     from odqa.storage.model_registry import resolve_model
     from odqa.storage.releases import current_release

@@ -20,10 +20,10 @@ def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def sample_workspace(prefect_harness: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Read-only for tests: take `sample_copy`."""
-    from odqa.flows.bm25 import bm25_index_flow
-    from odqa.flows.questions import trex_questions_flow
-    from odqa.flows.sample_data import SAMPLE_DUMP
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
+    from odqa.flows.stages.bm25 import bm25_index_flow
+    from odqa.flows.stages.questions import trex_questions_flow
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
     try:

@@ -61,7 +61,7 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
     assert len(pairs) == 3  # every pair of the three
 
     # The experiment's tests are those of `odqa compare` (compare_flow) over the same runs.
-    from odqa.flows.compare import compare_flow
+    from odqa.flows.compositions.compare import compare_flow
 
     runs = {f"dual-encoders-{label.lower()}-round1-trex-test": label for label in labels}
     compared = compare_flow(runs=list(runs), ks=[1, 5, 20, 100], workspace=str(sample_copy)).comparisons

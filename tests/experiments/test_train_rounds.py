@@ -29,7 +29,7 @@ def _mined_by(ws: Workspace, model: str, questions: list[dict], depth: int, coun
     """What `model` mines for the questions, recomputed here from its own index."""
     import pyarrow as pa
 
-    from odqa.flows.mine import mine_questions
+    from odqa.flows.stages.mine import mine_questions
     from odqa.models.searchers import RetrieverChoice, open_searcher
 
     searcher = open_searcher(ws, RetrieverChoice("dense", model)).searcher

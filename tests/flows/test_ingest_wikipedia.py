@@ -61,7 +61,7 @@ def test_other_options_replace_previous_rows(cli, tmp_path: Path) -> None:
 
 
 def test_truncated_dump_fails_clearly_and_keeps_earlier_output(tmp_path: Path) -> None:
-    from odqa.flows.wikipedia import dump_fingerprint, ingest_dump
+    from odqa.flows.stages.wikipedia import dump_fingerprint, ingest_dump
     from odqa.pipelines.wikipedia.dump_reader import DumpError
     from odqa.pipelines.wikipedia.ingest import IngestOptions
 
@@ -89,7 +89,7 @@ def test_killed_ingest_resumes_to_identical_rows(tmp_path: Path) -> None:
         """
         import sys
         from pathlib import Path
-        from odqa.flows.wikipedia import dump_fingerprint, ingest_dump
+        from odqa.flows.stages.wikipedia import dump_fingerprint, ingest_dump
         from odqa.pipelines.wikipedia.ingest import IngestOptions
         from odqa.storage import Workspace
         ws, dump = Workspace.resolve(sys.argv[1]), Path(sys.argv[2])

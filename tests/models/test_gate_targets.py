@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from odqa.flows.train import load_examples_task
+from odqa.flows.stages.train import load_examples_task
 from odqa.models.data import collate, read_examples
 from odqa.models.desire_me_targets import check_gate_targets
 from odqa.models.retriever import create_retriever, load_retriever

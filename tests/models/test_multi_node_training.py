@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from odqa.flows.train import Launch
+from odqa.flows.stages.train import Launch
 from odqa.models.data import write_examples
 from odqa.models.job import TrainingJob, TrainSet, run_job
 from odqa.models.trainer import TrainingConfig

@@ -8,14 +8,14 @@ import pytest
 from click.testing import CliRunner
 
 from odqa.flows.cli.settings_options import settings_from, settings_options
-from odqa.flows.recipe import FINGERPRINTED as RECIPE_FINGERPRINTED
-from odqa.flows.train import train_params
+from odqa.flows.compositions.recipe import FINGERPRINTED as RECIPE_FINGERPRINTED
+from odqa.flows.stages.train import train_params
 from odqa.models.config import ARCHS, CHECKPOINT_ARCHS, DESIRE_ME_ARCHS
 from odqa.models.settings import RetrieverSettings, TrainSettings
 from odqa.storage.fingerprint import fingerprint
 
 # (retriever, training, train, dev, gpus) -> the stage fingerprint `odqa train` gave these options
-# before the settings were declared once (its parameter dict, spelled out in flows/train.py then).
+# before the settings were declared once (its parameter dict, spelled out in flows/stages/train.py then).
 TRAINED_BEFORE = [
     ({"arch": "dpr", "base": "bert-base-uncased"}, {"max_steps": 100}, ["nq:train"], None, 1,
      "cfcce6726d8bed74d639cbd557d337946da4c8a11bd1d346338cd6ef274b5670"),
@@ -45,7 +45,7 @@ RECIPES_BEFORE = [
 @pytest.mark.parametrize(("retriever", "training", "train", "dev", "gpus", "expected"), TRAINED_BEFORE)
 def test_models_trained_before_keep_their_fingerprint(retriever, training, train, dev, gpus, expected, monkeypatch):
     # "auto" precision that changed since (bf16 CPUs) enters on its own; these options ask for none
-    monkeypatch.setattr("odqa.flows.train.changed_auto_precision", lambda amp: None)
+    monkeypatch.setattr("odqa.flows.stages.train.changed_auto_precision", lambda amp: None)
     params = train_params(RetrieverSettings(**retriever), TrainSettings(**training), train, dev, gpus)
     assert fingerprint("train-m", params) == expected
 

@@ -129,7 +129,7 @@ def test_train_registers_model_and_reruns_as_noop(cli, tiny_checkpoint, tmp_path
 def test_hard_negatives_asked_for_are_built_with_bm25_or_refused(cli, tiny_checkpoint, tmp_path):
     """`--hard-negatives 1` (the default) on questions without any: BM25 negatives are built first,
     as DPR does; with no BM25 index to build them from, the training is refused naming the commands."""
-    from odqa.flows.bm25 import build_bm25_task
+    from odqa.flows.stages.bm25 import build_bm25_task
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
     from odqa.storage.passages import require_passages
 
@@ -215,7 +215,7 @@ def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_ch
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-    from odqa.flows.train import train_flow
+    from odqa.flows.stages.train import train_flow
 
     root = tmp_path / "ws"
     _fill_workspace(root)

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from odqa.flows.task_runners import ACCELERATOR
+from odqa.flows.plumbing.task_runners import ACCELERATOR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DASK = (
@@ -45,7 +45,7 @@ class RealCluster:
         pin = ["taskset", "-c", str(self.cores[i])] if self.cores else []
         return _start([*pin, *DASK[1], "--scheduler-file", str(self.info), "--no-nanny", "--nthreads", "1",
                        "--resources", f"{ACCELERATOR}=1", "--no-dashboard", "--death-timeout", "60",
-                       "--preload", "odqa.flows.encode"],
+                       "--preload", "odqa.flows.stages.encode"],
                       self.env, self.logs / f"worker-{i}-{len(list(self.logs.glob(f'worker-{i}-*')))}.log")  # fmt: skip
 
     def revive(self) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from odqa.flows.artifacts import artifact_key, publish_evaluation, publish_table
+from odqa.flows.plumbing.artifacts import artifact_key, publish_evaluation, publish_table
 
 
 def test_keys_are_valid_prefect_artifact_keys() -> None:
@@ -70,7 +70,7 @@ def test_a_training_artifact_shows_dev_recall_by_k_and_the_loss_curve() -> None:
 
     from PIL import Image
 
-    from odqa.flows.artifacts import training_markdown
+    from odqa.flows.plumbing.artifacts import training_markdown
 
     curve = [{"step": step, "loss": 2.0 / step} for step in range(1, 11)]
     history = [{"step": 5, "R@1": 0.25, "R@100": 1.0, "R@20": 0.75, "R@5": 0.5},

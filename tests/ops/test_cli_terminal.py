@@ -221,7 +221,12 @@ def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tm
     import re
 
     from odqa.flows.cli.terminal import open_session
-    from odqa.flows.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings, run_demo_pipeline
+    from odqa.flows.compositions.pipeline import (
+        EvaluationSettings,
+        QuestionSettings,
+        TrainingSettings,
+        run_demo_pipeline,
+    )
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
     try:
@@ -254,7 +259,7 @@ def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, 
     import logging
 
     from odqa.flows.cli.terminal import TerminalHandler, open_session
-    from odqa.flows.console import CONSOLE_MARK
+    from odqa.flows.plumbing.console import CONSOLE_MARK
     from odqa.pipelines.progress import progress
 
     session = open_session(tmp_path / "ws", verbose=False)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import odqa.flows.concurrency_slots as slots_module
-from odqa.flows.concurrency_slots import (
+import odqa.flows.plumbing.concurrency_slots as slots_module
+from odqa.flows.plumbing.concurrency_slots import (
     CORES_PER_CPU_SLOT,
     SLOT_DIR_ENV,
     SLOTS_ENV,
@@ -26,7 +26,7 @@ from odqa.flows.concurrency_slots import (
 
 HOLDER = """
 import sys, time
-from odqa.flows.concurrency_slots import gpu_slot
+from odqa.flows.plumbing.concurrency_slots import gpu_slot
 with gpu_slot("train held-model"):
     print("holding", flush=True)
     time.sleep(120)

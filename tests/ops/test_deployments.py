@@ -16,30 +16,30 @@ from pathlib import Path
 import pytest
 import yaml
 
-from odqa.flows.sample_data import SAMPLE_DUMP
-from odqa.flows.server import REPO_ROOT, local_prefect
+from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
+from odqa.flows.plumbing.server import REPO_ROOT, local_prefect
 from odqa.storage import Workspace
 
 SCHEDULER_LOOP_ENV = "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS"
 FLOW_NAMES = {
-    "odqa.flows.wikipedia:ingest_wikipedia_flow": "ingest-wikipedia",
-    "odqa.flows.passages:import_passages_flow": "import-passages",
-    "odqa.flows.questions:import_questions_flow": "import-questions",
-    "odqa.flows.bm25:bm25_index_flow": "bm25-index",
-    "odqa.flows.negatives:bm25_negatives_flow": "negatives-bm25",
-    "odqa.flows.mine:mine_flow": "mine-negatives",
-    "odqa.flows.index:index_build_flow": "dense-index-build",
-    "odqa.flows.retrieve:retrieve_flow": "retrieve",
-    "odqa.flows.tune_hybrid:tune_hybrid_flow": "tune-hybrid",
-    "odqa.flows.categories:label_domains_flow": "label-domains",
-    "odqa.flows.questions:trex_questions_flow": "questions-trex",
-    "odqa.flows.train:train_flow": "train",
-    "odqa.flows.recipe:train_rounds_flow": "train-rounds",
-    "odqa.flows.experiments:dual_encoders_experiment_flow": "experiment-dual-encoders",
-    "odqa.flows.experiments:taser_experiment_flow": "experiment-taser",
-    "odqa.flows.evaluate:evaluate_flow": "evaluate",
-    "odqa.flows.pipeline:odqa_pipeline": "odqa-pipeline",
-    "odqa.flows.reindex:reindex_flow": "reindex",
+    "odqa.flows.stages.wikipedia:ingest_wikipedia_flow": "ingest-wikipedia",
+    "odqa.flows.stages.passages:import_passages_flow": "import-passages",
+    "odqa.flows.stages.questions:import_questions_flow": "import-questions",
+    "odqa.flows.stages.bm25:bm25_index_flow": "bm25-index",
+    "odqa.flows.stages.negatives:bm25_negatives_flow": "negatives-bm25",
+    "odqa.flows.stages.mine:mine_flow": "mine-negatives",
+    "odqa.flows.stages.index:index_build_flow": "dense-index-build",
+    "odqa.flows.stages.retrieve:retrieve_flow": "retrieve",
+    "odqa.flows.stages.tune_hybrid:tune_hybrid_flow": "tune-hybrid",
+    "odqa.flows.stages.categories:label_domains_flow": "label-domains",
+    "odqa.flows.stages.questions:trex_questions_flow": "questions-trex",
+    "odqa.flows.stages.train:train_flow": "train",
+    "odqa.flows.compositions.recipe:train_rounds_flow": "train-rounds",
+    "odqa.flows.compositions.experiments:dual_encoders_experiment_flow": "experiment-dual-encoders",
+    "odqa.flows.compositions.experiments:taser_experiment_flow": "experiment-taser",
+    "odqa.flows.stages.evaluate:evaluate_flow": "evaluate",
+    "odqa.flows.compositions.pipeline:odqa_pipeline": "odqa-pipeline",
+    "odqa.flows.compositions.reindex:reindex_flow": "reindex",
 }
 
 
@@ -91,10 +91,10 @@ def test_the_train_form_offers_the_choices_of_the_settings() -> None:
     from prefect.flows import load_flow_from_entrypoint
     from prefect.utilities.callables import parameter_schema
 
-    from odqa.flows.deployment_forms import typed_form
+    from odqa.flows.plumbing.deployment_forms import typed_form
     from odqa.models.config import ARCHS
 
-    schema = typed_form(parameter_schema(load_flow_from_entrypoint("odqa.flows.train:train_flow")).model_dump())
+    schema = typed_form(parameter_schema(load_flow_from_entrypoint("odqa.flows.stages.train:train_flow")).model_dump())
     models = schema["definitions"]
     retriever, training = models["RetrieverSettings"]["properties"], models["TrainSettings"]["properties"]
     assert retriever["arch"]["enum"] == list(ARCHS)

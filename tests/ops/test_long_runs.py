@@ -37,7 +37,7 @@ def minilm() -> str:
 def sample_ws(tmp_path_factory: pytest.TempPathFactory, prefect_harness: str) -> Path:
     """The sample dump ingested; the sample's NQ questions with positives (passages holding an
     answer) and one hard negative each, as `nq-sample:train`."""
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
     from odqa.pipelines.evaluation.answers import has_answer
 
     root = tmp_path_factory.mktemp("long-runs") / "ws"
@@ -75,7 +75,7 @@ def flow_run_messages(flow_run_id) -> list[str]:
 
 
 def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
-    from odqa.flows.train import train_flow
+    from odqa.flows.stages.train import train_flow
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")  # what a worker process or `> log` gets
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
@@ -94,7 +94,7 @@ def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) 
 
 
 def test_encode_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
-    from odqa.flows.encode import encode_flow
+    from odqa.flows.stages.encode import encode_flow
 
     monkeypatch.setenv("ODQA_PROGRESS", "log")
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")

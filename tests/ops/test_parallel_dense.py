@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from odqa.flows.task_runners import RunnerSettings
+from odqa.flows.plumbing.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from odqa.flows.plumbing.task_runners import RunnerSettings
 from odqa.storage import Workspace
 
 SHARD = 6  # 24 passages in 3 table files -> 4 shards, two of them crossing a file boundary
@@ -54,7 +54,7 @@ def test_shard_plan_matches_the_stream_cut_and_the_table_files() -> None:
 
 
 def test_stages_map_over_a_runner_when_given_one_or_a_cluster_address(monkeypatch) -> None:
-    from odqa.flows.task_runners import DASK_ADDRESS_ENV, mapping_runner, task_threads
+    from odqa.flows.plumbing.task_runners import DASK_ADDRESS_ENV, mapping_runner, task_threads
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert mapping_runner(None) is None  # today's path: in process, or one process per GPU
@@ -77,7 +77,7 @@ def test_settled_takes_and_releases_results_and_fails_without_workers() -> None:
     from distributed import Client, LocalCluster
     from prefect_dask.task_runners import PrefectDaskFuture
 
-    from odqa.flows.task_runners import ACCELERATOR, ClusterGone, settled
+    from odqa.flows.plumbing.task_runners import ACCELERATOR, ClusterGone, settled
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as local, \
             Client(local) as client:  # fmt: skip
@@ -99,7 +99,7 @@ def test_settled_takes_and_releases_results_and_fails_without_workers() -> None:
 
 @pytest.fixture(scope="module")
 def model() -> str:
-    from odqa.flows.pipeline import default_base_model
+    from odqa.flows.compositions.pipeline import default_base_model
 
     return default_base_model()
 
@@ -108,8 +108,8 @@ def model() -> str:
 def base(prefect_harness, tmp_path_factory) -> Path:
     """A workspace with the first 24 passages of the bundled sample dump (in three table files)
     and the bundled DPR-format sample questions."""
-    from odqa.flows.questions import import_questions_flow
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.stages.questions import import_questions_flow
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
 
     root = tmp_path_factory.mktemp("parallel-dense")
     ingest_wikipedia_flow(dump=str(SAMPLE_DUMP), workspace=str(root / "full"))
@@ -159,7 +159,7 @@ def embeddings(ws: str, model: str) -> tuple[list[str], np.ndarray, list]:
 def test_mapped_encoding_equals_the_unmapped_path(
     base: Path, cluster: str, model: str, tmp_path: Path
 ) -> None:
-    from odqa.flows.encode import encode_flow
+    from odqa.flows.stages.encode import encode_flow
 
     results = {}
     for name, runner in runners(cluster).items():
@@ -178,8 +178,8 @@ def test_mapped_encoding_equals_the_unmapped_path(
 
 @pytest.mark.e2e
 def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path: Path) -> None:
-    from odqa.flows.encode import encode_flow
-    from odqa.flows.reindex import reindex_flow
+    from odqa.flows.compositions.reindex import reindex_flow
+    from odqa.flows.stages.encode import encode_flow
     from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import EncodedCorpus, read_manifest, write_manifest
     from odqa.storage.index_layout import IndexLayout
@@ -230,8 +230,8 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
 
 @pytest.mark.e2e
 def test_mapped_mining_equals_the_unmapped_path(base: Path, cluster: str, model: str, tmp_path: Path) -> None:
-    from odqa.flows.index import index_build_flow
-    from odqa.flows.mine import mine_flow
+    from odqa.flows.stages.index import index_build_flow
+    from odqa.flows.stages.mine import mine_flow
 
     indexed = copy_of(base, tmp_path, "indexed")
     index_build_flow(model=model, workspace=indexed)
@@ -265,7 +265,7 @@ WATCH = Path(__file__).with_name("dask_shard_watch.py")  # the scheduler's prelo
 @pytest.fixture(scope="module")
 def reference(base: Path, model: str, tmp_path_factory) -> tuple[list[str], np.ndarray]:
     """The default runner's embeddings (in process) with shards of `SMALL_SHARD` passages."""
-    from odqa.flows.encode import encode_flow
+    from odqa.flows.stages.encode import encode_flow
 
     ws = copy_of(base, tmp_path_factory.mktemp("reference"), "unmapped")
     encode_flow(model=model, workspace=ws, shard_size=SMALL_SHARD, batch_size=4)
@@ -408,8 +408,8 @@ def test_a_lost_worker_costs_only_its_task(
 def test_index_build_keeps_the_shards_encode_made(base: Path, model: str, tmp_path: Path) -> None:
     """`odqa encode --shard-size 2` then `odqa index build` (default shard size): nothing is
     encoded again, the shard files stay as they were."""
-    from odqa.flows.encode import encode_flow
-    from odqa.flows.index import index_build_flow
+    from odqa.flows.stages.encode import encode_flow
+    from odqa.flows.stages.index import index_build_flow
     from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import read_manifest
     from odqa.storage.model_registry import resolve_model

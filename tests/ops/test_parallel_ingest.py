@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.sample_data import SAMPLE_DUMP
-from odqa.flows.task_runners import DASK_ADDRESS_ENV, RunnerSettings
+from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
+from odqa.flows.plumbing.task_runners import DASK_ADDRESS_ENV, RunnerSettings
 from odqa.pipelines.wikipedia.dump_reader import iter_pages
 from odqa.storage import Workspace
 
@@ -25,7 +25,7 @@ def _rows(ws_dir: Path) -> dict[str, list[dict]]:
 @pytest.fixture(scope="module")
 def reference(prefect_harness, tmp_path_factory) -> dict[str, list[dict]]:
     """The sample ingested on the default path (no runner: the local cleaning pool)."""
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
 
     ws_dir = tmp_path_factory.mktemp("reference") / "ws"
     with pytest.MonkeyPatch.context() as patch:
@@ -43,7 +43,7 @@ def test_where_chunks_go(monkeypatch: pytest.MonkeyPatch) -> None:
     from prefect.task_runners import ProcessPoolTaskRunner
     from prefect_dask import DaskTaskRunner
 
-    from odqa.flows.task_runners import mapping_runner
+    from odqa.flows.plumbing.task_runners import mapping_runner
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert mapping_runner(None) is None
@@ -62,7 +62,7 @@ def test_chunks_on_a_local_dask_cluster_equal_the_default_runner(
     """The same call as the reference; only $ODQA_DASK_ADDRESS differs, naming the cluster."""
     from distributed import LocalCluster
 
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
 
     ws_dir = tmp_path / "ws"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
@@ -80,7 +80,7 @@ def test_failed_ingest_on_the_thread_runner_resumes_to_identical_rows(
     reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A chunk task fails (as on a lost worker); the re-run takes over the chunks written before it."""
-    import odqa.flows.wikipedia as wikipedia
+    import odqa.flows.stages.wikipedia as wikipedia
 
     real = wikipedia.process_chunk
 

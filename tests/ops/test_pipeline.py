@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.pipeline import (
+from odqa.flows.compositions.pipeline import (
     DomainSettings,
     EvaluationSettings,
     QuestionSettings,
@@ -19,7 +19,7 @@ from odqa.flows.pipeline import (
     plan_stages,
     stage_key,
 )
-from odqa.flows.task_runners import RunnerSettings
+from odqa.flows.plumbing.task_runners import RunnerSettings
 from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 from odqa.storage import Workspace
 
@@ -63,7 +63,7 @@ def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -
         check_java()
     except JavaMissingError as error:
         pytest.skip(f"BM25 needs a JDK: {error}")
-    from odqa.flows.pipeline import odqa_pipeline
+    from odqa.flows.compositions.pipeline import odqa_pipeline
 
     ws = str(tmp_path / "ws")
     settings = {"workspace": ws, "questions": TINY_QUESTIONS, "training": TINY_TRAINING}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from odqa.flows.deployment_forms import typed_field, typed_form
-from odqa.flows.server import POOL, REPO_ROOT, prefect, prefect_env
+from odqa.flows.plumbing.deployment_forms import typed_field, typed_form
+from odqa.flows.plumbing.server import POOL, REPO_ROOT, prefect, prefect_env
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
 
@@ -99,7 +99,7 @@ def test_the_train_form_describes_every_parameter_and_artifacts_show_plots(cli, 
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from odqa.flows.train import train_flow
+    from odqa.flows.stages.train import train_flow
     from odqa.models.settings import RetrieverSettings, TrainSettings
 
     run = _evaluated_workspace(cli, tmp_path)

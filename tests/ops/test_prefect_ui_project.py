@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
+from odqa.flows.plumbing.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.experiments.tiny_encoder import write_tiny_encoder
 from tests.ops.test_cli_terminal import PASSAGES, write_passages

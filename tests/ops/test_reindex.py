@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.sample_data import SAMPLE_DUMP
+from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
 from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 QUESTION = "Where was Marie Curie born?"
@@ -42,7 +42,7 @@ def _search(holder, retriever: str, question: str, k: int) -> tuple[str, list[tu
 
 @pytest.mark.e2e
 def test_searches_during_a_reindex_always_hit_a_complete_release(prefect_harness, tmp_path: Path, java) -> None:
-    from odqa.flows.reindex import reindex_flow
+    from odqa.flows.compositions.reindex import reindex_flow
     from odqa.service.releases import ReleaseHolder
     from odqa.storage import Workspace
     from odqa.storage.releases import current_release, published_releases
@@ -105,7 +105,7 @@ def test_searches_during_a_reindex_always_hit_a_complete_release(prefect_harness
 
 
 def test_a_second_reindex_is_refused_while_one_runs(prefect_harness, tmp_path: Path) -> None:
-    from odqa.flows.reindex import reindex_flow
+    from odqa.flows.compositions.reindex import reindex_flow
     from odqa.storage import Workspace
     from odqa.storage.releases import ReindexBusyError, reindex_lock
 
@@ -144,7 +144,7 @@ def _edited_dump(source: Path, target: Path, edit: list[int], remove: int, add_f
 def test_incremental_reindex_equals_a_full_rebuild(prefect_harness, tmp_path: Path, java) -> None:
     import numpy as np
 
-    from odqa.flows.reindex import reindex_flow
+    from odqa.flows.compositions.reindex import reindex_flow
     from odqa.models.searchers import RetrieverChoice, open_searcher
     from odqa.models.searchers.dense import dense_build
     from odqa.pipelines.dense.sharded_encoding import EncodedCorpus

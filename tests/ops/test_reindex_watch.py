@@ -1,4 +1,4 @@
-"""What the scheduled re-index finds at its watched source (`flows.incoming`): the newest dump,
+"""What the scheduled re-index finds at its watched source (`flows.compositions.incoming`): the newest dump,
 every passages file, and each other entry named with why it is ignored."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.incoming import look_at
+from odqa.flows.compositions.incoming import look_at
 
 
 def test_a_folder_yields_the_newest_dump_every_passages_file_and_what_it_ignored(tmp_path: Path) -> None:

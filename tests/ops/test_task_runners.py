@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
-from odqa.flows.task_runners import RunnerSettings, make_task_runner
+from odqa.flows.plumbing.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from odqa.flows.plumbing.task_runners import RunnerSettings, make_task_runner
 from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 
@@ -31,10 +31,10 @@ def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_h
         pytest.skip(f"BM25 needs a JDK: {error}")
     from distributed import LocalCluster
 
-    from odqa.flows.bm25 import bm25_index_flow
-    from odqa.flows.questions import import_questions_flow
-    from odqa.flows.retrieve import retrieve_flow
-    from odqa.flows.wikipedia import ingest_wikipedia_flow
+    from odqa.flows.stages.bm25 import bm25_index_flow
+    from odqa.flows.stages.questions import import_questions_flow
+    from odqa.flows.stages.retrieve import retrieve_flow
+    from odqa.flows.stages.wikipedia import ingest_wikipedia_flow
     from odqa.storage import Workspace
 
     ws = str(tmp_path / "ws")
@@ -67,7 +67,7 @@ def test_cli_runner_options_name_settings_only_when_given() -> None:
 
 
 def test_runner_descriptions_name_where_tasks_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    from odqa.flows.task_runners import DASK_ADDRESS_ENV, RunnerSettings
+    from odqa.flows.plumbing.task_runners import DASK_ADDRESS_ENV, RunnerSettings
 
     monkeypatch.delenv(DASK_ADDRESS_ENV, raising=False)
     assert RunnerSettings(kind="processes", workers=3).describe() == "processes (3 workers)"

@@ -1,7 +1,7 @@
 """Real local servers for the SPARQL tests: Oxigraph, and an HTTP front that misbehaves.
 
 Oxigraph (PyPI `oxigraph`, its CLI) loads an N-Triples file and serves it read-only on
-127.0.0.1 (`flows.oxigraph.local_sparql_endpoint`, the same server the demo uses), so
+127.0.0.1 (`flows.plumbing.oxigraph.local_sparql_endpoint`, the same server the demo uses), so
 SPARQLWrapper queries it exactly as it would query Wikidata. The "front" server
 is a tiny http.server on 127.0.0.1 that answers the first requests with an error (429 with
 Retry-After, 503 ...) and then forwards requests to Oxigraph, or never recovers.
@@ -46,8 +46,8 @@ def ntriples(triples: Sequence[Triple], extra: Sequence[str] = ()) -> str:
 
 @pytest.fixture
 def oxigraph(tmp_path: Path) -> Iterator[Callable[[str], str]]:
-    """Serve an N-Triples text with Oxigraph (flows.oxigraph.local_sparql_endpoint); returns its URL."""
-    from odqa.flows.oxigraph import local_sparql_endpoint
+    """Serve an N-Triples text with Oxigraph (flows.plumbing.oxigraph.local_sparql_endpoint); returns its URL."""
+    from odqa.flows.plumbing.oxigraph import local_sparql_endpoint
 
     with contextlib.ExitStack() as stack:
 

@@ -83,7 +83,7 @@ def test_trex_sparql_matches_the_jsonl_path(cli, workspace, inputs, oxigraph) ->
 
 
 def test_sparql_endpoint_that_stays_down_writes_nothing(workspace, inputs, front_server) -> None:
-    from odqa.flows.questions import trex_questions_flow
+    from odqa.flows.stages.questions import trex_questions_flow
 
     front = front_server(lambda n: (503, {"Retry-After": "0"}), upstream=None)
     with pytest.raises(SparqlError, match="HTTP 503"):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from odqa.flows.oxigraph import local_sparql_endpoint
-from odqa.flows.sample_data import SAMPLE_DIR, SAMPLE_DUMP
+from odqa.flows.plumbing.oxigraph import local_sparql_endpoint
+from odqa.flows.plumbing.sample_data import SAMPLE_DIR, SAMPLE_DUMP
 from odqa.pipelines.questions.imports import import_questions
 from odqa.pipelines.questions.paq import PaqConfig, sample_paq
 from odqa.pipelines.questions.positives import find_positives

@@ -18,8 +18,8 @@ def test_the_cli_the_flows_and_the_service_take_the_declared_choices() -> None:
 
     from odqa.flows.cli.groups import INDEX_TYPES as CLI_INDEX_TYPES
     from odqa.flows.cli.groups import RETRIEVER_CHOICES
-    from odqa.flows.mine import mine_flow
-    from odqa.flows.retrieve import retrieve_flow
+    from odqa.flows.stages.mine import mine_flow
+    from odqa.flows.stages.retrieve import retrieve_flow
 
     assert tuple(CLI_INDEX_TYPES) == INDEX_TYPES == ("flat", "hnsw", "ivfpq")
     assert tuple(RETRIEVER_CHOICES) == RETRIEVER_KINDS == ("bm25", "dense", "hybrid")

@@ -40,8 +40,8 @@ WAIT_S = 300  # generous: a loaded 2-core CI machine starts a JVM or torch slowl
 @pytest.fixture(scope="module")
 def bm25_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Five passages and their BM25 index, built by the stages' own steps (no flow run, no server)."""
-    from odqa.flows.bm25 import build_bm25_task
-    from odqa.flows.passages import import_passages_task
+    from odqa.flows.stages.bm25 import build_bm25_task
+    from odqa.flows.stages.passages import import_passages_task
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
     from odqa.storage import Workspace
     from odqa.storage.passages import require_passages

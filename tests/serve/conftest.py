@@ -13,8 +13,8 @@ from tests.serve.harness import minilm
 @pytest.fixture(scope="session")
 def served_workspace(prefect_harness: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Read-only for tests: copy it (`workspace_copy`) to change it."""
-    from odqa.flows.reindex import reindex_flow
-    from odqa.flows.sample_data import SAMPLE_DUMP
+    from odqa.flows.compositions.reindex import reindex_flow
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
     try:

@@ -33,7 +33,7 @@ def _by_level(answers) -> dict[int, int]:
 
 
 def test_load_through_two_release_switches(workspace_copy: Path, tmp_path: Path) -> None:
-    from odqa.flows.reindex import reindex_flow
+    from odqa.flows.compositions.reindex import reindex_flow
 
     ws = Workspace.resolve(workspace_copy)
     first = current_release(ws).release
@@ -92,7 +92,7 @@ def test_load_while_a_reindex_is_killed_midway(workspace_copy: Path, tmp_path: P
     first = current_release(ws).release
     served_version = current_release(ws).passages_version
     delta = write_delta(tmp_path / "delta-3.tsv", "marker-3")
-    script = ("import sys; from odqa.flows.reindex import reindex_flow; "
+    script = ("import sys; from odqa.flows.compositions.reindex import reindex_flow; "
               "reindex_flow(workspace=sys.argv[1], passages=sys.argv[2], model=sys.argv[3])")  # fmt: skip
     with ServiceProcess(ws.root, "--poll-seconds", "0.5", log=tmp_path / "serve.log") as service:
         load = LoadGenerator(service.url)

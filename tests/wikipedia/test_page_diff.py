@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pyarrow.dataset as ds
 
-from odqa.flows.sample_data import SAMPLE_DUMP
+from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
 from odqa.pipelines.wikipedia.ingest import IngestOptions, iter_raw_chunks, process_chunk
 from odqa.pipelines.wikipedia.page_diff import DiffCounts, PageHashes, PreviousRows, diff_chunk, page_hash
 

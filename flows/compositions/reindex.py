@@ -1,0 +1,227 @@
+"""`odqa reindex` and the weekly re-index deployment: new passages in, fresh indexes published.
+
+A re-index ingests a new dump or a passages file, then runs the workspace's own index stages,
+`odqa bm25 index` and `odqa index build` for the production model, and publishes the result as
+a new release (`storage.releases`), which a running `odqa serve` switches to without failing a
+request. The builds of the new passages go beside the ones being served and are published only
+when complete; a failed or killed re-index publishes nothing.
+
+Re-indexes are incremental. A new dump is diffed page by page against the previous re-index's
+(`flows.stages.wikipedia.ingest_dump_incremental`): only new and changed pages are cleaned again.
+Encoding reuses the vectors of every passage the model already encoded unchanged
+(`flows.stages.encode`), so only new and changed passages are encoded. The figures (pages re-cleaned /
+reused / removed, passages re-encoded / reused / removed, build times) go into the release
+record and the `metrics` table under the run name `reindex:<release>`.
+
+The weekly deployment is given no dump or passages: it watches a source (`watch`: a dump, a
+passages file or a folder where new files land, by default `<workspace>/incoming/`; see
+`flows.compositions.incoming`) and ingests what it finds there. Every run logs where it looked, what it
+found, what each file changed and whether a new release was published.
+
+Two re-indexes never overlap (`storage.releases.reindex_lock`): a second one waits up to
+`wait_seconds` and is then refused, saying which run holds the lock since when.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from prefect import flow
+
+from ...storage import Workspace
+from ...storage.choices import IndexType
+from ...storage.metrics import metric_rows, numeric_figures
+from ...storage.model_registry import ModelRef, newest_model, resolve_model
+from ...storage.passages import require_passages
+from ...storage.releases import current_release, reindex_lock
+from ...storage.reports import Report
+from ..plumbing.artifacts import publish_table
+from ..plumbing.publish import publish_indexes
+from ..plumbing.runtime import flow_run_logs, stage_logger
+from ..plumbing.task_runners import RunnerSettings
+from ..stages.bm25 import build_bm25
+from ..stages.encode import encode
+from ..stages.index import index_params, index_task
+from ..stages.passages import import_passages_flow
+from ..stages.wikipedia import ingest_dump_incremental, ingest_wikipedia_flow
+from .incoming import default_source, look_at
+
+
+@dataclass
+class ReindexReport(Report):
+    release: str
+    previous: str | None
+    passages_version: str
+    model: str | None
+    figures: dict[str, Any] = field(default_factory=dict)
+    pruned_releases: list[str] = field(default_factory=list)
+    ingested: dict[str, Any] = field(default_factory=dict)  # the reports of the ingest stages
+    spread: ClassVar[dict[str, str]] = {"figures": ""}
+    hidden: ClassVar[tuple[str, ...]] = ("ingested",)
+
+
+def production_model(ws: Workspace, model: str | None) -> str:
+    """The model to encode with: as given, else the current release's default, else the newest trained."""
+    if model:
+        return model
+    current = current_release(ws)
+    chosen = (current.default_model if current else None) or newest_model(ws)
+    if chosen is None:
+        raise ValueError("no production model: pass `model` (a model id, Hugging Face name or folder)")
+    return chosen
+
+
+def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str) -> dict[str, Report]:
+    ingested: dict[str, Report] = {}
+    if dump:
+        if Path(dump).expanduser().is_file():
+            ingested["dump"] = ingest_dump_incremental(ws, Path(dump).expanduser().resolve())
+        else:
+            ingested["dump"] = ingest_wikipedia_flow(dump=dump, workspace=str(ws.root))  # its error message
+    if passages:
+        # Re-indexing from a corpus file means taking its new content: replacing its rows is the point.
+        ingested["passages"] = import_passages_flow(fmt=passages_format, path=passages, workspace=str(ws.root),
+                                                    replace=True)
+    return ingested
+
+
+def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str) -> dict[str, Report]:
+    """Ingest what the watched source holds (`flows.compositions.incoming`), logging where it looked and what
+    each file changed."""
+    log = stage_logger()
+    source = Path(watch).expanduser().resolve() if watch else default_source(ws.root)
+    if not watch:
+        source.mkdir(parents=True, exist_ok=True)  # so a user sees where new files go
+    incoming = look_at(source, passages_format)
+    log.info("re-index %s", incoming.describe())
+    ingested: dict[str, Report] = {}
+    if incoming.dump is not None:
+        ingested["dump"] = report = ingest_dump_incremental(ws, incoming.dump)
+        log.info("dump %s: %s", incoming.dump.name, "unchanged since the last ingest" if report.noop else
+                 f"{report.pages_recleaned} pages cleaned again, {report.pages_reused} reused, "
+                 f"{report.pages_removed} removed")  # fmt: skip
+    for path, fmt in incoming.passages:
+        ingested[f"passages:{path.name}"] = imported = import_passages_flow(fmt=fmt, path=str(path),
+                                                                           workspace=str(ws.root))  # fmt: skip
+        log.info("passages %s: %s", path.name, "already imported with identical content" if imported.noop else
+                 f"{imported.passages} passages imported")  # fmt: skip
+    return ingested
+
+
+def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
+                   runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
+    """Encode (reusing unchanged vectors) and build the production model's index; their figures."""
+    encoded = encode(ws, ref, shard_size, batch_size, "float32", "auto", runner)
+    started = time.perf_counter()
+    built = index_task(str(ws.root), ref, index_type, asdict(index_params(index_type)), memory_gb)
+    return {"encoded_passages": encoded.passages, "reencoded_passages": encoded.encoded_now,
+            "reused_passages": encoded.reused, "removed_passages": encoded.removed,
+            "encode_seconds": encoded.seconds,
+            "passages_per_second": round(encoded.encoded_now / encoded.seconds, 1) if encoded.seconds else None,
+            "dense_vectors": built.vectors, "faiss_parts": built.parts,
+            "faiss_seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
+
+
+@flow(name="reindex")
+def reindex_flow(
+    workspace: str | None = None,
+    dump: str | None = None,
+    passages: str | None = None,
+    passages_format: str = "dpr-tsv",
+    model: str | None = None,
+    watch: str | None = None,
+    index_type: IndexType = "flat",
+    bm25: bool = True,
+    dense: bool = True,
+    wait_seconds: float = 0.0,
+    keep: int = 3,
+    threads: int | None = None,
+    batch_size: int = 64,
+    shard_size: int = 50_000,
+    runner: RunnerSettings | None = None,
+    memory_gb: float | None = None,
+) -> ReindexReport:
+    """Ingest a new dump or passages file, build BM25 + FAISS beside the served indexes, publish.
+
+    Args:
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        dump: A new MediaWiki XML dump to ingest first (only changed pages are cleaned again);
+            empty: none.
+        passages: A passages file to import first (its rows replace an earlier import of the same file);
+            empty: none.
+        passages_format: Format of passages (and of a watched passages file whose name does not
+            say it): dpr-tsv or beir.
+        model: Model that encodes the passages; empty: the model of the release being served,
+            else the newest trained one.
+        watch: When no dump or passages is given: the source looked at on every run, a dump
+            (.xml, .xml.bz2), a passages file (.tsv, .jsonl) or a folder where such files land
+            (the newest dump and every passages file in it are ingested); empty: the folder
+            incoming/ of the workspace.
+        index_type: FAISS index type: flat, hnsw or ivfpq.
+        bm25: Build the BM25 (Lucene) index.
+        dense: Encode the passages and build the FAISS index.
+        wait_seconds: How long to wait for a re-index that holds the workspace's lock before
+            giving up.
+        keep: Newest releases kept (the current one always), so searches that started on an older
+            one finish; older ones and the index builds only they use are deleted.
+        threads: BM25 indexing threads; empty: one per CPU core.
+        batch_size: Passages per encoding batch.
+        shard_size: Passages per encoding shard (the unit of work on a runner and of resumption).
+        runner: Encode shards as tasks on this task runner (threads, processes or a Dask cluster);
+            empty: in process, or on $ODQA_DASK_ADDRESS's cluster when set.
+        memory_gb: Memory budget of the FAISS build in GB; empty: no limit.
+    """
+    log = stage_logger()
+    ws = Workspace.resolve(workspace)
+    if not (bm25 or dense):
+        raise ValueError("nothing to build: enable bm25 and/or dense")
+    from prefect.runtime import flow_run
+
+    holder = f"flow run {flow_run.get_name() or flow_run.get_id() or '?'}"
+    with reindex_lock(ws, wait_seconds, holder), flow_run_logs():
+        before = ws.rows("passages")
+        if dump or passages:
+            ingested = _ingest(ws, dump, passages, passages_format)
+        else:
+            ingested = _ingest_watched(ws, watch, passages_format)
+        if ws.rows("passages") == 0:
+            raise ValueError("the passages table is empty: give a dump or passages to ingest")
+        version = require_passages(ws)
+        chosen = production_model(ws, model) if dense else None
+        ref = resolve_model(ws, chosen) if chosen else None
+        figures: dict[str, Any] = {"passages": ws.rows("passages")}
+        log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
+        dumped = ingested.get("dump")
+        if dumped is not None:
+            figures.update({name: getattr(dumped, name) for name in ("pages_recleaned", "pages_reused", "pages_removed")
+                            if getattr(dumped, name) is not None})  # fmt: skip
+        if bm25:
+            built = build_bm25(ws, threads)
+            figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
+        if dense:
+            figures.update(_dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb))  # type: ignore[arg-type]
+        default = ref.passage_name if ref is not None else None
+        published = publish_indexes(ws, version, default_model=default, figures=figures, keep=keep, narrower=True)
+    release = published.release
+    report = ReindexReport(release=release.release, previous=published.previous, passages_version=version,
+                           model=chosen, figures=figures, pruned_releases=published.pruned_releases,
+                           ingested={name: done.as_dict() for name, done in ingested.items()},
+                           noop=not published.published)  # fmt: skip
+    if published.published:
+        with ws.transaction(f"reindex:{release.release}") as tx:
+            tx.write("metrics", metric_rows(f"reindex:{release.release}", numeric_figures(figures),
+                                            config={"model": chosen, "index_type": index_type,
+                                                    "ingested": report.ingested}),
+                     source=f"reindex:{release.release}")  # fmt: skip
+            tx.report = report.ledger()
+        publish_table(f"reindex-{release.release}", f"Re-index {release.release}",
+                      [{"figure": k, "value": v} for k, v in figures.items()])  # fmt: skip
+        log.info("re-index %s published (%s); pruned old releases: %s", release.release, figures,
+                 published.pruned_releases or "none")  # fmt: skip
+    else:
+        log.info("nothing changed: release %s already serves passages %s with these indexes (no-op)",
+                 release.release, version)  # fmt: skip
+    return report

@@ -1,0 +1,96 @@
+"""`odqa negatives bm25`: DPR's BM25 hard negatives into `questions.hard_negative_ids`.
+
+Per question, the `count` best BM25 passages (of the top `depth`) that contain no answer (title
+or text) and are not positives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from prefect import flow
+
+from ...models.searchers import RetrieverChoice, open_searcher
+from ...pipelines.evaluation.answers import AnswerMatcher
+from ...pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
+from ...pipelines.retrieval.negatives import MAX_HARD_NEGATIVES, select_hard_negatives
+from ...pipelines.search.searcher import search_run
+from ...storage import Workspace
+from ...storage.fingerprint import fingerprint
+from ...storage.passages import passage_texts
+from ...storage.questions import load_questions, questions_fingerprint, set_hard_negatives
+from ...storage.reports import Report
+from ..plumbing.runtime import stage_logger
+from ..plumbing.skip_unchanged import finished_report
+
+QUESTION_COLUMNS = ["question_id", "question", "answers", "positive_ids"]
+
+
+@dataclass
+class Bm25NegativesReport(Report):
+    dataset: str
+    split: str
+    count: int
+    depth: int
+    questions: int
+    questions_updated: int
+    with_full_count: int
+    without_negative: int
+    index_snapshot: str
+
+
+@flow(name="negatives-bm25")
+def bm25_negatives_flow(
+    dataset: str,
+    split: str,
+    count: int = 1,
+    depth: int = 100,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    threads: int | None = None,
+    workspace: str | None = None,
+) -> Bm25NegativesReport:
+    """DPR's BM25 hard negatives: per question, the `count` best BM25 passages (of the top
+    `depth`) that contain no answer (title or text) and are not positives.
+
+    Args:
+        dataset: Dataset whose questions get hard negatives (train uses them).
+        split: Split of the dataset, e.g. train.
+        count: Hard negatives kept per question (1 to 30).
+        depth: BM25 passages searched per question.
+        k1: BM25 k1.
+        b: BM25 b.
+        threads: Search threads; empty: all cores.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
+    if not 1 <= count <= MAX_HARD_NEGATIVES:
+        raise ValueError(f"--count must be between 1 and {MAX_HARD_NEGATIVES}, got {count}")
+    ws = Workspace.resolve(workspace)
+    opened = open_searcher(ws, RetrieverChoice(kind="bm25", k1=k1, b=b, threads=threads))
+    try:
+        stage = f"negatives-bm25:{dataset}:{split}"
+        snapshot = opened.config["index_snapshot"]
+        stage_fp = fingerprint(stage, count, depth, k1, b, snapshot,
+                               questions_fingerprint(ws, dataset, split, QUESTION_COLUMNS))  # fmt: skip
+        done = finished_report(ws, stage, stage_fp, Bm25NegativesReport, "same index, questions and parameters")
+        if done is not None:
+            return done
+        questions = load_questions(ws, dataset, split, QUESTION_COLUMNS)
+        run = pa.concat_tables(list(search_run(opened.searcher, questions, max(depth, count))))
+    finally:
+        opened.searcher.close()
+    texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=True)
+    if missing:
+        raise RuntimeError(f"{missing} passages found by BM25 are not in the passages table; rebuild the index")
+    chosen = select_hard_negatives(run, questions, AnswerMatcher(texts), count=count)
+    negatives = dict(zip(chosen["question_id"].to_pylist(), chosen["hard_negative_ids"].to_pylist(), strict=True))
+    found = [len(ids) for ids in negatives.values()]
+    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        updated = set_hard_negatives(tx, dataset, split, negatives)
+        report = Bm25NegativesReport(dataset=dataset, split=split, count=count, depth=depth, questions=len(negatives),
+                                     questions_updated=updated, with_full_count=sum(1 for n in found if n == count),
+                                     without_negative=sum(1 for n in found if n == 0), index_snapshot=snapshot)  # fmt: skip
+        tx.report = report.ledger()
+    stage_logger().info("%s: %s", stage, report)
+    return report

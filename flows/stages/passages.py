@@ -1,0 +1,174 @@
+"""`odqa import passages` / `odqa export passages`: passage corpora in DPR psgs_w100.tsv or BEIR format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from prefect import flow, task
+
+from ...pipelines.passage_formats import (
+    MAX_RECORD_BYTES,
+    PassageFormatError,
+    read_beir_corpus,
+    read_dpr_tsv,
+    write_dpr_tsv,
+)
+from ...pipelines.progress import progress
+from ...storage import Workspace
+from ...storage.fingerprint import file_sha256, fingerprint
+from ...storage.locks import writer_lock
+from ...storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
+from ...storage.reports import Report
+from ..plumbing.skip_unchanged import finished_report
+
+READERS = {"dpr-tsv": read_dpr_tsv, "beir": read_beir_corpus}
+
+
+ON_DUPLICATE = ("refuse", "keep-existing")
+
+
+@dataclass
+class ImportPassagesReport(Report):
+    """What an import did to the passages table: rows added, replaced (this source's old rows),
+    kept (other sources' rows), skipped (duplicates under --on-duplicate keep-existing), total."""
+
+    passages: int
+    source: str  # the format and the file's full path
+    replaced: int = 0
+    kept: int = 0
+    skipped_duplicates: int = 0
+    total: int = 0
+
+    def as_figures(self) -> dict[str, Any]:
+        """The figures, without `skipped_duplicates` when no row was skipped (the usual case)."""
+        figures = super().as_figures()
+        if not self.skipped_duplicates:
+            figures.pop("skipped_duplicates", None)
+        return figures
+
+
+@dataclass
+class ExportPassagesReport(Report):
+    path: str
+    passages: int
+
+
+def import_source(fmt: str, path: Path) -> str:
+    """The `source` tag of an imported corpus: its format and full path, so that two files of the
+    same name are two sources (re-importing one path replaces its rows only with --replace)."""
+    return f"{fmt}:{path.expanduser().resolve()}"
+
+
+def _existing_ids(ws: Workspace, source: str) -> pa.Array:
+    """passage_ids of every other source, for --on-duplicate keep-existing."""
+    table = ws.read_table("passages", columns=["passage_id"], filter=pc.field("source") != source)
+    return table.column("passage_id").combine_chunks()
+
+
+def _refuse_duplicates(ws: Workspace, staged: list[Path], source: str, source_path: Path) -> None:
+    kept = [e for e in ws.snapshot().files("passages") if e.source != source]
+    within, across = duplicate_passage_ids(staged, kept, ws.root)
+    if within:
+        listed = ", ".join(f"{pid!r} ({n} times)" for pid, n in within)
+        raise PassageFormatError(f"{source_path}: duplicate passage ids within the file: {listed}; ids must be unique")
+    if across:
+        listed = ", ".join(f"{pid!r} (from {other})" for pid, other in across)
+        raise PassageFormatError(
+            f"{source_path}: passage ids already in the workspace from another source: {listed}. Ids must be "
+            "unique across the workspace; pass --on-duplicate keep-existing to skip such rows of this file"
+        )
+
+
+@task(name="import-passages")
+def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint: str,
+                         on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES) -> ImportPassagesReport:  # fmt: skip
+    ws = Workspace.resolve(workspace)
+    source_path = Path(path)
+    source = import_source(fmt, source_path)
+    rows = skipped = 0
+    existing = _existing_ids(ws, source) if on_duplicate == "keep-existing" else None
+    with ws.transaction(f"import-passages:{source}", fingerprint=stage_fingerprint) as tx:
+        tx.replace_source("passages", source)
+        writer = tx.writer("passages", source=source)
+        with progress(None, f"import {source_path.name}", "passages") as bar:
+            for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes):
+                table = pa.Table.from_batches([batch])
+                if existing is not None:
+                    table = table.filter(pc.invert(pc.is_in(table.column("passage_id"), value_set=existing)))
+                    skipped += batch.num_rows - table.num_rows
+                writer.write(table.append_column("source", pa.array([source] * table.num_rows, pa.string())))
+                rows += table.num_rows
+                bar.update(batch.num_rows)
+        writer.close()
+        _refuse_duplicates(ws, tx.staged_files("passages"), source, source_path)
+        files = ws.snapshot().files("passages")
+        replaced = sum(e.rows for e in files if e.source == source)
+        kept = sum(e.rows for e in files if e.source != source)
+        report = ImportPassagesReport(passages=rows, source=source,
+                                      replaced=replaced, kept=kept, skipped_duplicates=skipped,
+                                      total=kept + rows)  # fmt: skip
+        tx.report = report.ledger()
+    return report
+
+
+@flow(name="import-passages")
+def import_passages_flow(fmt: str, path: str, workspace: str | None = None, replace: bool = False,
+                         on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES) -> ImportPassagesReport:  # fmt: skip
+    """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table.
+
+    A file is a source of its own (format + full path): another file adds to the table, the same
+    file with new content replaces its rows only when `replace` is set, and passage ids stay
+    unique across the workspace (`on_duplicate`: refuse, or keep the rows already there).
+
+    Args:
+        fmt: Format of the corpus: dpr-tsv (id, text, title columns) or beir (a folder with
+            corpus.jsonl, or the file itself).
+        path: The corpus file or BEIR folder, on the machine the flow runs on. Another file adds
+            to the passages table; the same file with new content needs `replace`.
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+        replace: Replace the rows an earlier import of this same file (path) brought in.
+        on_duplicate: A passage id the workspace already holds: refuse (the default, naming both
+            sources) or keep-existing (keep the row already there and count the skipped one).
+        max_record_bytes: The longest record (line) accepted; a longer one is refused with its
+            file and line.
+    """
+    if fmt not in READERS:
+        raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(READERS)}")
+    if on_duplicate not in ON_DUPLICATE:
+        raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
+    ws = Workspace.resolve(workspace)
+    source_path = Path(path).expanduser().resolve()
+    data_file = source_path / "corpus.jsonl" if source_path.is_dir() else source_path
+    if not data_file.is_file():
+        raise FileNotFoundError(f"passage file not found: {data_file}")
+    source = import_source(fmt, source_path)
+    stage = f"import-passages:{source}"
+    # One passages import at a time: the duplicate check must see every commit before its own.
+    with writer_lock(ws.root, "table:passages:import", f"the passages table (import of {source_path})"):
+        stage_fp = fingerprint("import-passages", fmt, file_sha256(data_file), on_duplicate)
+        done = finished_report(ws, stage, stage_fp, ImportPassagesReport, f"{source_path} already imported with "
+                               "identical content")  # fmt: skip
+        if done is not None:
+            return done
+        held = sum(e.rows for e in ws.snapshot().files("passages") if e.source == source)
+        if held and not replace:
+            raise FileExistsError(
+                f"{source_path} was imported before with other content ({held:,} passages of source {source}); "
+                "pass --replace to replace them with this file's passages"
+            )
+        return import_passages_task(str(ws.root), fmt, str(source_path), stage_fp, on_duplicate, max_record_bytes)
+
+
+@flow(name="export-passages")
+def export_passages_flow(out: str, fmt: str = "dpr-tsv", workspace: str | None = None) -> ExportPassagesReport:
+    """Write the passages table as DPR's psgs_w100.tsv."""
+    if fmt != "dpr-tsv":
+        raise ValueError(f"unknown export format {fmt!r}; expected 'dpr-tsv'")
+    ws = Workspace.resolve(workspace)
+    target = Path(out).expanduser().resolve()
+    count = write_dpr_tsv(ws.scan("passages", columns=PASSAGE_COLUMNS), target)
+    return ExportPassagesReport(path=str(target), passages=count)
