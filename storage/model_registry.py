@@ -81,18 +81,23 @@ def training_examples_file(ws: Workspace, model_id: str, role: str, dataset: str
     return training_dir(ws, model_id) / "data" / f"{role}-{slug(dataset)}-{slug(split)}.parquet"
 
 
+def registered_key(model_id: str) -> str:
+    """The folder key of a registered model id (its indexes and ledger names use it)."""
+    return slug(model_id, "model")
+
+
 def _resolve_one(ws: Workspace, model: str) -> tuple[str, str]:
     """(path to load, folder key) of a model id, folder or Hugging Face name."""
     registered = ws.models_dir / model
     if "/" not in model and not model.startswith(".") and (registered / CONFIG_FILE).is_file():
-        return str(registered), slug(model, "model")
+        return str(registered), registered_key(model)
     if ws.rows("models"):
         rows = ws.read_table("models", columns=["model_id", "path"], filter=pc.field("model_id") == model)
         if rows.num_rows:
             path = rows.column("path")[0].as_py()
             if not Path(path, CONFIG_FILE).is_file():
                 raise FileNotFoundError(f"model {model!r} is registered at {path}, which holds no {CONFIG_FILE}")
-            return path, slug(model, "model")
+            return path, registered_key(model)
     folder = Path(model).expanduser()
     if folder.is_dir():
         resolved = folder.resolve()

@@ -1,7 +1,7 @@
-"""`odqa demo`: the whole pipeline on the bundled sample, ending with the results table.
+"""`odqa demo`: the whole pipeline on the bundled sample, with training small enough for two CPU
+cores; it doubles as a smoke test of every stage, and a second run finishes from cache.
 
-The demo is the `odqa_pipeline` flow with tiny training settings (see flows/compositions/pipeline.py), so it
-doubles as a smoke test of every stage on two CPU cores; a second run finishes from cache.
+The results table and the example queries are printed by the CLI (`flows/cli/demo.py`).
 """
 
 from __future__ import annotations
@@ -9,10 +9,19 @@ from __future__ import annotations
 from prefect import flow
 
 from ...storage import Workspace
-from .pipeline import run_demo_pipeline
+from .pipeline import EvaluationSettings, PipelineReport, QuestionSettings, TrainingSettings, odqa_pipeline
+
+DEMO_TRAINING = TrainingSettings(max_steps=10, batch_size=8, mine_count=10, mine_depth=50)
 
 
 @flow(name="odqa-demo")
-def demo_flow(workspace: str | None = None) -> None:
-    """Run the pipeline on the bundled sample and print the results and example queries."""
-    run_demo_pipeline(str(Workspace.resolve(workspace).root))
+def demo_flow(
+    workspace: str | None = None,
+    training: TrainingSettings = DEMO_TRAINING,
+    questions: QuestionSettings | None = None,
+    evaluation: EvaluationSettings | None = None,
+) -> PipelineReport:
+    """The pipeline on the bundled sample (tiny training). The settings are parameters so tests
+    can run the same path on a smaller pipeline."""
+    return odqa_pipeline(workspace=str(Workspace.resolve(workspace).root), training=training,
+                         questions=questions or QuestionSettings(), evaluation=evaluation or EvaluationSettings())  # fmt: skip

@@ -25,9 +25,7 @@ still a quick no-op.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
-import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,23 +36,44 @@ import pyarrow as pa
 from prefect import flow, task
 from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.states import State
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from ...models.settings import Amp
+from ...models.settings import TrainSettings
 from ...pipelines.questions.specs import DatasetSpec
 from ...storage import Workspace
 from ...storage.choices import IndexType
-from ...storage.demo_queries import DEMO_QUERIES
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.index_layout import IndexLayout
 from ...storage.metrics import recall_table
-from ...storage.model_registry import resolve_model
+from ...storage.model_registry import registered_key, resolve_model
 from ...storage.reports import Report
+from ...storage.runs import run_record_stage
 from ..plumbing.console import tell
+from ..plumbing.oxigraph import local_sparql_endpoint
 from ..plumbing.sample_data import SAMPLE_DIR, SAMPLE_DUMP
 from ..plumbing.task_runners import RunnerSettings
+from ..stages.bm25 import bm25_index_flow
+from ..stages.categories import INGEST_STAGE, LABEL_STAGE, ingest_categories_flow, label_domains_flow
+from ..stages.evaluate import evaluate_flow, evaluate_stage
+from ..stages.index import index_build_flow
+from ..stages.mine import mine_flow, mine_stage
+from ..stages.negatives import bm25_negatives_flow, negatives_stage
+from ..stages.passages import import_passages_flow, passages_stage
+from ..stages.questions import (
+    import_questions_flow,
+    paq_questions_flow,
+    paq_stage,
+    question_source,
+    trex_questions_flow,
+    trex_stage,
+)
+from ..stages.retrieve import retrieve_flow
+from ..stages.train import train_flow, train_stage
+from ..stages.tune_hybrid import tune_hybrid_flow, tune_hybrid_stage
+from ..stages.wikipedia import STAGE as INGEST_WIKIPEDIA_STAGE
+from ..stages.wikipedia import ingest_wikipedia_flow
 
-CACHE_FORMAT = 2  # bump when the meaning of a stage's parameters changes
+CACHE_FORMAT = 3  # bump when the meaning of a stage's parameters changes
 DEFAULT_KS = [1, 5, 20, 100]
 
 
@@ -119,27 +138,37 @@ class DomainSettings(BaseModel):
 
 
 class TrainingSettings(BaseModel):
-    """Which retrievers to train, and how long."""
+    """Which retrievers to train, on what, and the mining round between; how each model trains is
+    `settings`, the `train` flow's own settings (so a training option is declared once)."""
 
     archs: list[str] = Field(default_factory=lambda: ["dpr", "taser", "desire-me"],
                              description="Architectures of the final models (dpr, sde, ade-*, taser, desire-me, ...)")
     base: str = Field(default_factory=default_base_model, description="Starting checkpoint (HF name or folder)")
     train: list[str] = Field(default_factory=lambda: ["trex:train"], description="Training sets NAME:SPLIT[:WEIGHT]")
     dev: str | None = Field(default="trex:dev", description="Dev set NAME:SPLIT (best checkpoint, hybrid alpha)")
-    max_steps: int = Field(default=200, ge=1, description="Training steps per model")
-    batch_size: int = Field(default=16, ge=2, description="Questions per batch")
-    lr: float = Field(default=2e-5, gt=0, description="Peak learning rate")
-    hard_negatives: int = Field(default=1, ge=0, description="Hard negatives per question in a batch")
     bm25_negatives: int = Field(default=1, ge=1, le=30, description="BM25 hard negatives stored per question (P1)")
     mine_with: str = Field(default="dpr", description="Architecture of the round-1 model that mines P2")
     mine_count: int = Field(default=30, ge=1, description="Mined negatives kept per question")
     mine_depth: int = Field(default=100, ge=1, description="Depth of the retrieval that mining looks at")
     mining_mode: str = Field(default="single-set", description="single-set (P1 u P2) or multi-set (P2 only)")
     gpus: int = Field(default=1, ge=1, description="GPUs per training run (torchrun when > 1)")
-    amp: Amp = Field(
-        default="auto", description="Mixed precision: auto (bf16/fp16 on GPU, fp32 on CPU), bf16 (also on CPU, "
-        "about 2x faster on CPUs with bf16 units), fp16 (GPU only) or none")
-    seed: int = Field(default=0, description="Training seed")
+    settings: TrainSettings = Field(default_factory=lambda: TrainSettings(max_steps=200),
+                                    description="How every model trains: steps, batch, learning rate, precision, ...")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _training_options_at_top(cls, data: Any) -> Any:
+        """Settings saved before `settings` existed gave max_steps, lr, ... at the top; they move into it."""
+        if not isinstance(data, dict):
+            return data
+        moved = {key: data[key] for key in data if key in TrainSettings.model_fields and key not in cls.model_fields}
+        if not moved:
+            return data
+        given = data.get("settings") or TrainSettings(max_steps=200)
+        base = given.model_dump(exclude_unset=True) if isinstance(given, TrainSettings) else dict(given)
+        base.setdefault("max_steps", 200)
+        rest = {key: value for key, value in data.items() if key not in moved}
+        return {**rest, "settings": {**base, **moved}}
 
 
 class EvaluationSettings(BaseModel):
@@ -159,8 +188,10 @@ class StageSpec(BaseModel):
     """One stage of the pipeline: what to call, with what, and what it reads and leaves behind."""
 
     name: str
-    kind: str
+    flow: str = Field(description="the name of the stage's flow (`STAGE_FLOWS`)")
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    rdf: list[str] = Field(default_factory=list, description="RDF files served on a local SPARQL endpoint while "
+                           "the stage runs, given to its flow as `sparql`")
     runtime: dict[str, Any] = Field(default_factory=dict, description="arguments that choose where the stage "
                                     "runs, not what it writes (e.g. the task runner); kept out of the cache key")
     files: list[str] = Field(default_factory=list, description="input files, keyed by content hash")
@@ -209,7 +240,7 @@ def stage_key(spec: StageSpec, upstream: list[StageOutcome]) -> str:
     """The content key of a stage run (see the module docstring)."""
     chain = sorted((u.name, u.key, sorted(u.outputs.items())) for u in upstream)
     files = [file_identity(f) for f in spec.files]
-    return fingerprint("odqa-pipeline", CACHE_FORMAT, spec.name, spec.kind, spec.kwargs, files, chain)
+    return fingerprint("odqa-pipeline", CACHE_FORMAT, spec.name, spec.flow, spec.kwargs, files, chain)
 
 
 def _stage_cache_key(context: Any, parameters: dict[str, Any]) -> str:
@@ -243,55 +274,33 @@ STAGE_CACHE = CacheKeyFnPolicy(cache_key_fn=_stage_cache_key)
 def run_pipeline_stage(spec: StageSpec, upstream: list[StageOutcome]) -> StageOutcome:
     """Run one stage (its flow, as a subflow) and return its key, report and output versions."""
     started = time.perf_counter()
-    report = stage_flow(spec.kind)(**spec.kwargs, **spec.runtime)
+    with _sparql_endpoint(spec.rdf) as endpoint:
+        report = STAGE_FLOWS[spec.flow](**spec.kwargs, **endpoint, **spec.runtime)
     ws = Workspace.resolve(spec.kwargs.get("workspace"))
     return StageOutcome(name=spec.name, key=stage_key(spec, upstream),
                         outputs={table: ws.table_version(table) for table in spec.writes},
                         seconds=round(time.perf_counter() - started, 2), report=_json_safe(report.as_dict()))  # fmt: skip
 
 
-# --- stage bodies that are more than one existing flow ----------------------------------------
+# --- the stages' flows ------------------------------------------------------------------------
+
+STAGE_FLOWS: dict[str, Callable[..., Any]] = {
+    stage.name: stage
+    for stage in (ingest_wikipedia_flow, import_passages_flow, ingest_categories_flow, trex_questions_flow,
+                  paq_questions_flow, import_questions_flow, label_domains_flow, bm25_index_flow,
+                  bm25_negatives_flow, train_flow, index_build_flow, mine_flow, tune_hybrid_flow, retrieve_flow,
+                  evaluate_flow)
+}
 
 
 @contextlib.contextmanager
-def _sparql_endpoint(rdf: list[str], sparql: str | None) -> Iterator[str]:
-    if sparql:
-        yield sparql
+def _sparql_endpoint(rdf: list[str]) -> Iterator[dict[str, str]]:
+    """`{"sparql": URL}` of a local Oxigraph endpoint serving `rdf`, while the stage runs; {} without."""
+    if not rdf:
+        yield {}
         return
-    from ..plumbing.oxigraph import local_sparql_endpoint
-
     with local_sparql_endpoint([Path(p) for p in rdf]) as url:
-        yield url
-
-
-def _trex_stage(rdf: list[str], sparql: str | None, **kwargs: Any) -> Report:
-    from ..stages.questions import trex_questions_flow
-
-    with _sparql_endpoint(rdf, sparql) as endpoint:
-        return trex_questions_flow(sparql=endpoint, **kwargs)
-
-
-def stage_flow(kind: str) -> Callable[..., Any]:
-    """The flow that runs a stage of this kind (imported when the stage runs, not before)."""
-    if kind == "questions-trex":
-        return _trex_stage
-    module, name = {
-        "ingest-wikipedia": ("odqa.flows.stages.wikipedia", "ingest_wikipedia_flow"),
-        "import-passages": ("odqa.flows.stages.passages", "import_passages_flow"),
-        "ingest-categories": ("odqa.flows.stages.categories", "ingest_categories_flow"),
-        "questions-paq": ("odqa.flows.stages.questions", "paq_questions_flow"),
-        "import-questions": ("odqa.flows.stages.questions", "import_questions_flow"),
-        "label-domains": ("odqa.flows.stages.categories", "label_domains_flow"),
-        "bm25-index": ("odqa.flows.stages.bm25", "bm25_index_flow"),
-        "negatives-bm25": ("odqa.flows.stages.negatives", "bm25_negatives_flow"),
-        "train": ("odqa.flows.stages.train", "train_flow"),
-        "index-build": ("odqa.flows.stages.index", "index_build_flow"),
-        "mine": ("odqa.flows.stages.mine", "mine_flow"),
-        "tune-hybrid": ("odqa.flows.stages.tune_hybrid", "tune_hybrid_flow"),
-        "run": ("odqa.flows.stages.retrieve", "retrieve_flow"),
-        "evaluate": ("odqa.flows.stages.evaluate", "evaluate_flow"),
-    }[kind]
-    return getattr(importlib.import_module(module), name)
+        yield {"sparql": url}
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -312,7 +321,8 @@ def plan_stages(
     evaluation: EvaluationSettings,
     runner: RunnerSettings,
 ) -> list[StageSpec]:
-    """The stages in execution order, each naming the stages whose outputs it consumes."""
+    """The stages in execution order, each naming the stages whose outputs it consumes, the flow
+    that runs it and the ledger records (named by the flow's own functions) it leaves behind."""
     root = str(ws.root)
     wsarg = {"workspace": root}
     # BM25 batches always map over the task runner. Ingest, encoding and mining keep their own
@@ -322,77 +332,76 @@ def plan_stages(
     chosen = mapped if runner != RunnerSettings() else {}
     stages: list[StageSpec] = []
 
-    def add(name: str, kind: str, upstream: list[str], **fields: Any) -> str:
-        stages.append(StageSpec(name=name, kind=kind, upstream=upstream, **fields))
+    def add(name: str, stage_flow: Any, upstream: list[str], **fields: Any) -> str:
+        stages.append(StageSpec(name=name, flow=stage_flow.name, upstream=upstream, **fields))
         return name
 
     corpus: list[str] = []
     if sources.dump:
-        corpus.append(add("ingest-wikipedia", "ingest-wikipedia", [], files=[sources.dump],
+        corpus.append(add("ingest-wikipedia", ingest_wikipedia_flow, [], files=[sources.dump],
                           kwargs={"dump": str(Path(sources.dump).resolve()), **wsarg,
                                   "words_per_passage": sources.words_per_passage}, runtime=chosen,
-                          writes=["articles", "passages", "category_links"], ledger=["ingest-wikipedia"]))
+                          writes=["articles", "passages", "category_links"], ledger=[INGEST_WIKIPEDIA_STAGE]))
     for item in sources.passages:
         path = Path(item.path).expanduser().resolve()
         data = path / "corpus.jsonl" if path.is_dir() else path
-        corpus.append(add(f"import-passages:{path.name}", "import-passages", [], files=[str(data)],
+        corpus.append(add(f"import-passages:{path.name}", import_passages_flow, [], files=[str(data)],
                           kwargs={"fmt": item.format, "path": str(path), **wsarg}, writes=["passages"],
-                          ledger=[f"import-passages:{item.format}:{path}"]))
+                          ledger=[passages_stage(item.format, path)]))
     if not corpus:
         raise ValueError("no passages: give sources.dump or at least one sources.passages import")
     graph = list(corpus)
     if sources.page_sql and sources.categorylinks_sql:
         files = [f for f in (sources.page_sql, sources.categorylinks_sql, sources.linktarget_sql) if f]
-        graph.append(add("ingest-categories", "ingest-categories", corpus, files=files,
+        graph.append(add("ingest-categories", ingest_categories_flow, corpus, files=files,
                          kwargs={"page": sources.page_sql, "categorylinks": sources.categorylinks_sql,
                                  "linktarget": sources.linktarget_sql, **wsarg},
-                         writes=["articles", "category_links"], ledger=["ingest-categories"]))
+                         writes=["articles", "category_links"], ledger=[INGEST_STAGE]))
 
-    question_stages = [add(f"questions-trex:{questions.dataset}", "questions-trex", corpus,
-                           files=[*questions.rdf, questions.templates] if not questions.sparql else [questions.templates],
-                           kwargs={"rdf": [str(Path(p).resolve()) for p in questions.rdf], "sparql": questions.sparql,
+    rdf = [] if questions.sparql else [str(Path(p).resolve()) for p in questions.rdf]
+    question_stages = [add(f"questions-trex:{questions.dataset}", trex_questions_flow, corpus,
+                           files=[*rdf, questions.templates], rdf=rdf,
+                           kwargs={**({"sparql": questions.sparql} if questions.sparql else {}),
                                    "templates": str(Path(questions.templates).resolve()), "dataset": questions.dataset,
                                    "sample_per_relation": questions.sample_per_relation, "seed": questions.seed, **wsarg},
-                           writes=["questions"], ledger=[f"questions-trex:{questions.dataset}"])]  # fmt: skip
+                           writes=["questions"], ledger=[trex_stage(questions.dataset)])]  # fmt: skip
     if questions.paq:
-        question_stages.append(add("questions-paq:paq", "questions-paq", [], files=[questions.paq],
+        question_stages.append(add("questions-paq:paq", paq_questions_flow, [], files=[questions.paq],
                                    kwargs={"path": str(Path(questions.paq).resolve()), "dataset": "paq",
                                            "passages": questions.paq_passages, "seed": questions.seed, **wsarg},
-                                   writes=["questions", "flipped"], ledger=["questions-paq:paq"]))  # fmt: skip
+                                   writes=["questions", "flipped"], ledger=[paq_stage("paq")]))  # fmt: skip
     for item in questions.imports:
-        question_stages.append(add(f"import-questions:{item.dataset}:{item.split}", "import-questions", corpus,
+        path = Path(item.path).resolve()
+        question_stages.append(add(f"import-questions:{item.dataset}:{item.split}", import_questions_flow, corpus,
                                    files=[item.path],
-                                   kwargs={"fmt": item.format, "path": str(Path(item.path).resolve()),
-                                           "dataset": item.dataset, "split": item.split, **wsarg},
+                                   kwargs={"fmt": item.format, "path": str(path), "dataset": item.dataset,
+                                           "split": item.split, **wsarg},
                                    writes=["questions", "passages", "qrels"],
-                                   ledger=[f"import-questions:{item.dataset}:{item.split}:{item.format}:"
-                                           f"{Path(item.path).resolve()}"]))  # fmt: skip
-    labelled = add("label-domains", "label-domains", graph + question_stages,
+                                   ledger=[question_source(item.dataset, item.split, item.format, path)]))  # fmt: skip
+    labelled = add("label-domains", label_domains_flow, graph + question_stages,
                    files=[domains.domains_file] if domains.domains_file else [],
                    kwargs={"domains_file": domains.domains_file, "max_depth": domains.max_depth, **wsarg},
-                   writes=["domains", "questions", "metrics"], ledger=["label-domains"])  # fmt: skip
+                   writes=["domains", "questions", "metrics"], ledger=[LABEL_STAGE])  # fmt: skip
 
-    bm25_index = add("bm25-index", "bm25-index", corpus + question_stages, kwargs={**wsarg}, index={"bm25": ""})
+    bm25_index = add("bm25-index", bm25_index_flow, corpus + question_stages, kwargs={**wsarg}, index={"bm25": ""})
     negatives = []
     for spec in training.train:
         dataset, split = _split_of(spec)
-        negatives.append(add(f"negatives-bm25:{dataset}:{split}", "negatives-bm25", [bm25_index, labelled],
+        negatives.append(add(f"negatives-bm25:{dataset}:{split}", bm25_negatives_flow, [bm25_index, labelled],
                              kwargs={"dataset": dataset, "split": split, "count": training.bm25_negatives, **wsarg},
-                             writes=["questions"], ledger=[f"negatives-bm25:{dataset}:{split}"]))  # fmt: skip
+                             writes=["questions"], ledger=[negatives_stage(dataset, split)]))  # fmt: skip
 
-    budget = {"max_steps": training.max_steps, "batch_size": training.batch_size, "lr": training.lr,
-              "hard_negatives": training.hard_negatives, "seed": training.seed, "amp": training.amp}  # fmt: skip
-    common = {"train": training.train, "dev": training.dev, "training": budget, "gpus": training.gpus, **wsarg}
+    settings = training.settings.model_dump(mode="json", exclude_defaults=True)
+    common = {"train": training.train, "dev": training.dev, "training": settings, "gpus": training.gpus, **wsarg}
     base_files = [training.base] if Path(training.base).exists() else []
 
     def train(model_id: str, arch: str, upstream: list[str]) -> str:
-        return add(f"train:{model_id}", "train", upstream, files=base_files,
+        return add(f"train:{model_id}", train_flow, upstream, files=base_files,
                    kwargs={"retriever": {"arch": arch, "base": training.base}, "model_id": model_id, **common},
-                   writes=["models"],
-                   ledger=[f"train-{model_id}"])
+                   writes=["models"], ledger=[train_stage(model_id)])
 
     def index(label: str, model: str, upstream: list[str]) -> str:
-        return add(f"index:{label}", "index-build", upstream,
+        return add(f"index:{label}", index_build_flow, upstream,
                    kwargs={"model": model, "index_type": evaluation.index_type, **wsarg}, runtime=chosen,
                    index={"model": model, "type": evaluation.index_type})
 
@@ -402,11 +411,11 @@ def plan_stages(
     mined = []
     for spec in training.train:
         dataset, split = _split_of(spec)
-        mined.append(add(f"mine:{dataset}:{split}", "mine", [indexed_r1, *negatives],
+        mined.append(add(f"mine:{dataset}:{split}", mine_flow, [indexed_r1, *negatives],
                          kwargs={"model": round1, "dataset": dataset, "split": split, "mode": training.mining_mode,
                                  "depth": training.mine_depth, "count": training.mine_count,
                                  "index_type": evaluation.index_type, **wsarg}, runtime=chosen,
-                         writes=["questions"], ledger=[f"mine:{dataset}:{split}"]))  # fmt: skip
+                         writes=["questions"], ledger=[mine_stage(dataset, split)]))  # fmt: skip
 
     retrievers: dict[str, tuple[str, str]] = {}  # label -> (model, index stage)
     if evaluation.zero_shot:
@@ -420,34 +429,32 @@ def plan_stages(
         label = evaluation.hybrid_with
         if label not in retrievers:
             raise ValueError(f"evaluation.hybrid_with={label!r} is not one of the trained archs {training.archs}")
-        tuned = add(f"tune-hybrid:{label}", "tune-hybrid", [retrievers[label][1], bm25_index, *question_stages],
+        tuned = add(f"tune-hybrid:{label}", tune_hybrid_flow, [retrievers[label][1], bm25_index, *question_stages],
                     kwargs={"model": label, "dev": [training.dev], "k": 20, "index_type": evaluation.index_type,
-                            **wsarg}, writes=["metrics"], ledger=[f"tune-hybrid:{label}"])  # fmt: skip
-    evaluated = []
+                            **wsarg}, writes=["metrics"], ledger=[tune_hybrid_stage(registered_key(label))])  # fmt: skip
     for eval_spec in evaluation.eval_sets:
         dataset, split = _split_of(eval_spec)
         suffix = f"{dataset}-{split}"
-        runs = [add(f"run:bm25-{suffix}", "run", [bm25_index, *question_stages],
-                    kwargs={"dataset": dataset, "split": split, "run": f"bm25-{suffix}", "k": evaluation.k, **wsarg},
-                    runtime=mapped, writes=["runs"], ledger=[f"run:bm25-{suffix}"])]  # fmt: skip
+        runs = {f"bm25-{suffix}": add(f"run:bm25-{suffix}", retrieve_flow, [bm25_index, *question_stages],
+                                      kwargs={"dataset": dataset, "split": split, "run": f"bm25-{suffix}",
+                                              "k": evaluation.k, **wsarg},
+                                      runtime=mapped, writes=["runs"], ledger=[run_record_stage(f"bm25-{suffix}")])}  # fmt: skip
         for label, (model, index_stage) in retrievers.items():
             run = f"{label}-{suffix}"
-            runs.append(add(f"run:{run}", "run", [index_stage, *question_stages],
+            runs[run] = add(f"run:{run}", retrieve_flow, [index_stage, *question_stages],
                             kwargs={"dataset": dataset, "split": split, "run": run, "model": model, "retriever": "dense",
                                     "k": evaluation.k, "index_type": evaluation.index_type, **wsarg},
-                            writes=["runs"], ledger=[f"run:{run}"]))  # fmt: skip
+                            writes=["runs"], ledger=[run_record_stage(run)])  # fmt: skip
         if tuned is not None:
             run = f"hybrid-{suffix}"
-            runs.append(add(f"run:{run}", "run", [tuned, *question_stages],
+            runs[run] = add(f"run:{run}", retrieve_flow, [tuned, *question_stages],
                             kwargs={"dataset": dataset, "split": split, "run": run, "model": evaluation.hybrid_with,
                                     "retriever": "hybrid", "k": evaluation.k, "index_type": evaluation.index_type,
                                     **wsarg},
-                            writes=["runs"], ledger=[f"run:{run}"]))  # fmt: skip
-        for run_stage_name in runs:
-            run = run_stage_name.split(":", 1)[1]
-            evaluated.append(add(f"evaluate:{run}", "evaluate", [run_stage_name, labelled],
-                                 kwargs={"run": run, "ks": evaluation.ks, **wsarg},
-                                 writes=["metrics"], ledger=[f"evaluate:{run}"]))  # fmt: skip
+                            writes=["runs"], ledger=[run_record_stage(run)])  # fmt: skip
+        for run, run_stage_name in runs.items():
+            add(f"evaluate:{run}", evaluate_flow, [run_stage_name, labelled], kwargs={"run": run, "ks": evaluation.ks,
+                **wsarg}, writes=["metrics"], ledger=[evaluate_stage(run)])  # fmt: skip
     _dedupe_check(stages)
     return stages
 
@@ -496,7 +503,7 @@ def odqa_pipeline(
         results[spec.name] = state.result()
         states[spec.name] = state.name
         tell("%s", stage_line(number, len(plan), spec.name, state.name, results[spec.name].seconds))
-    table = recall_table(ws, [s.kwargs["run"] for s in plan if s.kind == "evaluate"], evaluation.ks)
+    table = recall_table(ws, [s.kwargs["run"] for s in plan if s.flow == evaluate_flow.name], evaluation.ks)
     publish_results(ws, table)
     return PipelineReport(states=states, seconds=round(time.perf_counter() - started, 1),
                           results=table.to_pylist() if table is not None else [])  # fmt: skip
@@ -520,44 +527,3 @@ def publish_results(ws: Workspace, table: pa.Table | None) -> None:
 
     plots = [str(p) for p in ws.plots("recall-")]
     publish_table("odqa-pipeline-results", "Top-K retrieval accuracy of every retriever", table.to_pylist(), plots)
-
-
-# --- the demo ----------------------------------------------------------------------------------
-
-DEMO_TRAINING = TrainingSettings(max_steps=10, batch_size=8, mine_count=10, mine_depth=50)
-DEMO_RUN_LABELS = {"bm25": "BM25", "zero-shot": "dense zero-shot (MiniLM)", "dpr": "DPR-style bi-encoder",
-                   "taser": "TASER", "desire-me": "DESIRE-ME", "hybrid": "hybrid (DPR + BM25)"}  # fmt: skip
-
-
-def run_demo_pipeline(
-    workspace: str,
-    training: TrainingSettings = DEMO_TRAINING,
-    questions: QuestionSettings | None = None,
-    evaluation: EvaluationSettings | None = None,
-) -> None:
-    """`odqa demo`: the whole pipeline on the bundled sample (tiny training), then the results
-    table (R@1/5/20/100 of BM25, dense zero-shot, DPR, TASER, DESIRE-ME, hybrid) and three SQL
-    queries over labels and results. A second call finishes from cache in seconds. (The
-    settings are parameters so tests can run the same output path on a smaller pipeline.)"""
-    import click
-
-    from ..cli.sql import render
-
-    ws = Workspace.resolve(workspace)
-    click.echo(f"=== odqa pipeline on the bundled sample -> {ws.root} ===")
-    outcome = odqa_pipeline(workspace=str(ws.root), training=training, questions=questions or QuestionSettings(),
-                            evaluation=evaluation or EvaluationSettings())  # fmt: skip
-    states = outcome.states
-    cached = sum(1 for s in states.values() if s == "Cached")
-    click.echo(f"\n{len(states)} stages in {outcome.seconds:.0f}s ({cached} from cache)")
-    rows = []
-    for row in outcome.results:
-        label = row["run"].rsplit(f"-{row['dataset']}-{row['split']}", 1)[0]
-        rows.append({"retriever": DEMO_RUN_LABELS.get(label, label), "questions": f"{row['dataset']}/{row['split']}",
-                     **{k: row[k] for k in row if k.startswith("R@")}})  # fmt: skip
-    click.echo("\n=== Top-K retrieval accuracy (answer in the top K passages) ===")
-    click.echo(render(pa.Table.from_pylist(rows), "table"))
-    for title, query in DEMO_QUERIES:
-        click.echo(f"\n=== SQL: {title} ===")
-        click.echo(f"$ odqa sql {shlex.quote(query)}")
-        click.echo(render(ws.sql(query), "table"))

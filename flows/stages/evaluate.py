@@ -90,12 +90,17 @@ def evaluate_task(workspace: str, run: str, ks: list[int], match: str, stage_fp:
         splits.append({"dataset": scores.dataset, "split": scores.split, "questions": scores.questions, **scores.info})
     plot = recall_plot(ws, f"recall-{run}", f"Top-K retrieval accuracy of {run}", [(run, s) for s in results])
     metrics = pa.concat_tables(tables)
-    with ws.transaction(f"evaluate:{run}", fingerprint=stage_fp) as tx:
+    with ws.transaction(evaluate_stage(run), fingerprint=stage_fp) as tx:
         tx.replace_source("metrics", evaluation_source(run))
         tx.write("metrics", metrics, source=evaluation_source(run))
         report = EvaluateReport(run=run, splits=splits, metrics=metrics.num_rows, plot=plot)
         tx.report = report.ledger()
     return report
+
+
+def evaluate_stage(run: str) -> str:
+    """The ledger name of a run's evaluation (the pipeline checks it is still there)."""
+    return f"evaluate:{run}"
 
 
 @flow(name="evaluate")
@@ -118,9 +123,9 @@ def evaluate_flow(run: str, ks: list[int] | None = None, match: str = "auto",
     ws = Workspace.resolve(workspace)
     read_run(ws, run)  # unknown runs fail here with the list of known ones
     record = ws.stage_record(run_record_stage(run))
-    stage_fp = fingerprint(f"evaluate:{run}", ks, match, record.fingerprint if record else None,
+    stage_fp = fingerprint(evaluate_stage(run), ks, match, record.fingerprint if record else None,
                            *(ws.table_version(t) for t in ("questions", "passages", "qrels")))  # fmt: skip
-    done = finished_report(ws, f"evaluate:{run}", stage_fp, EvaluateReport, "run, questions and passages unchanged")
+    done = finished_report(ws, evaluate_stage(run), stage_fp, EvaluateReport, "run, questions and passages unchanged")
     # The metrics are dropped with the run's old rows when the run is replaced: then evaluate again.
     if done is not None and overall_metrics(ws, run).num_rows:
         return done

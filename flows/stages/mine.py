@@ -91,6 +91,11 @@ def mined_negatives_name(model_key: str, dataset: str, split: str) -> str:
     return f"p2-{model_key}-{dataset}-{split}"
 
 
+def mine_stage(dataset: str, split: str) -> str:
+    """The ledger name of mining a question set (the pipeline checks it is still there)."""
+    return f"mine:{dataset}:{split}"
+
+
 @flow(name="mine-negatives")
 def mine_flow(
     model: str,
@@ -127,7 +132,7 @@ def mine_flow(
     opened = open_searcher(ws, RetrieverChoice(kind="dense", model=model, index_type=index_type),
                            ensure_index=ensure_dense_index)  # fmt: skip
     ref: ModelRef = opened.ref  # type: ignore[assignment]
-    stage = f"mine:{dataset}:{split}"
+    stage = mine_stage(dataset, split)
     questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question", "answers", "positive_ids"])
     stage_fp = fingerprint(stage, opened.config, mode, depth, count, questions_fp)
     done = finished_report(ws, stage, stage_fp, MineReport, "same model, questions and parameters")

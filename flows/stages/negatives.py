@@ -40,6 +40,11 @@ class Bm25NegativesReport(Report):
     index_snapshot: str
 
 
+def negatives_stage(dataset: str, split: str) -> str:
+    """The ledger name of a question set's BM25 negatives (the pipeline checks it is still there)."""
+    return f"negatives-bm25:{dataset}:{split}"
+
+
 @flow(name="negatives-bm25")
 def bm25_negatives_flow(
     dataset: str,
@@ -69,7 +74,7 @@ def bm25_negatives_flow(
     ws = Workspace.resolve(workspace)
     opened = open_searcher(ws, RetrieverChoice(kind="bm25", k1=k1, b=b, threads=threads))
     try:
-        stage = f"negatives-bm25:{dataset}:{split}"
+        stage = negatives_stage(dataset, split)
         snapshot = opened.config["index_snapshot"]
         stage_fp = fingerprint(stage, count, depth, k1, b, snapshot,
                                questions_fingerprint(ws, dataset, split, QUESTION_COLUMNS))  # fmt: skip

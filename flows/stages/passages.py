@@ -57,6 +57,11 @@ class ExportPassagesReport(Report):
     passages: int
 
 
+def passages_stage(fmt: str, path: Path) -> str:
+    """The ledger name of importing this passage file (the pipeline checks it is still there)."""
+    return f"import-passages:{import_source(fmt, path)}"
+
+
 def import_source(fmt: str, path: Path) -> str:
     """The `source` tag of an imported corpus: its format and full path, so that two files of the
     same name are two sources (re-importing one path replaces its rows only with --replace)."""
@@ -91,7 +96,7 @@ def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint:
     source = import_source(fmt, source_path)
     rows = skipped = 0
     existing = _existing_ids(ws, source) if on_duplicate == "keep-existing" else None
-    with ws.transaction(f"import-passages:{source}", fingerprint=stage_fingerprint) as tx:
+    with ws.transaction(passages_stage(fmt, source_path), fingerprint=stage_fingerprint) as tx:
         tx.replace_source("passages", source)
         writer = tx.writer("passages", source=source)
         with progress(None, f"import {source_path.name}", "passages") as bar:
@@ -146,7 +151,7 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
     if not data_file.is_file():
         raise FileNotFoundError(f"passage file not found: {data_file}")
     source = import_source(fmt, source_path)
-    stage = f"import-passages:{source}"
+    stage = passages_stage(fmt, source_path)
     # One passages import at a time: the duplicate check must see every commit before its own.
     with writer_lock(ws.root, "table:passages:import", f"the passages table (import of {source_path})"):
         stage_fp = fingerprint("import-passages", fmt, file_sha256(data_file), on_duplicate)

@@ -268,7 +268,7 @@ def trex_questions_flow(
 
     params = {"dataset": dataset, "relations": wanted, "sample_per_relation": sample, "seed": seed, "splits": splits,
               "split": split, "size_per_relation": size_per_relation, "analysis_per_relation": analysis_per_relation}
-    stage = f"questions-trex:{dataset}"
+    stage = trex_stage(dataset)
     stage_fp = fingerprint(stage, origin, file_sha256(template_file), params,
                            ws.table_version("passages"), ws.table_version("articles"))
     done = finished_report(ws, stage, stage_fp, TrexQuestionsReport, "same facts, templates and parameters")
@@ -329,7 +329,7 @@ def paq_questions_flow(
                        memory_limit=memory_limit)
     params = {"dataset": dataset, "passages": passages, "seed": seed, "min_questions": min_questions,
               "negatives": negatives, "train": str(config.train_fraction), "dev": str(config.dev_fraction)}
-    stage = f"questions-paq:{dataset}"
+    stage = paq_stage(dataset)
     stage_fp = fingerprint(stage, file_sha256(source_path), params)
     done = finished_report(ws, stage, stage_fp, PaqQuestionsReport, "same file and parameters")
     if done is not None:
@@ -363,6 +363,16 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
 
 
 ON_DUPLICATE = ("refuse", "keep-existing")
+
+
+def trex_stage(dataset: str) -> str:
+    """The ledger name of a dataset's template questions."""
+    return f"questions-trex:{dataset}"
+
+
+def paq_stage(dataset: str) -> str:
+    """The ledger name of a dataset's PAQ questions."""
+    return f"questions-paq:{dataset}"
 
 
 def question_source(dataset: str, split: str, fmt: str, path: Path) -> str:

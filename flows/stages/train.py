@@ -68,11 +68,15 @@ from ..plumbing.console import tell
 from ..plumbing.runtime import flow_run_logs, run_log_env, stage_logger
 from ..plumbing.skip_unchanged import finished_report
 
-STAGE_PREFIX = "train"
 LAUNCH_FILE = "launch.json"  # node 0's job is ready for the other nodes (its stage fingerprint, endpoint)
 JOIN_TIMEOUT_S = 1800.0
 JOIN_POLL_S = 1.0
 TRAINING_FILES = frozenset({OPTIMIZER_FILE, RNG_FILE, STATE_FILE})  # checkpoint state, not part of a model
+
+
+def train_stage(model_id: str) -> str:
+    """The ledger name of training a model id (the pipeline checks it is still there)."""
+    return f"train-{model_id}"
 
 
 @dataclass
@@ -306,7 +310,7 @@ def train_flow(
     if training.hard_negatives > 0:
         for spec in specs:
             ensure_hard_negatives(ws, spec, training.hard_negatives)
-    stage = f"{STAGE_PREFIX}-{model_id}"
+    stage = train_stage(model_id)
     stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
                            ws.table_version("passages"))  # fmt: skip
     if launch.node_rank > 0:  # node 0 holds the model's writer lock and registers the model

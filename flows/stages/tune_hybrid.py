@@ -70,6 +70,11 @@ def _dev_candidates(ws: Workspace, searcher: HybridSearcher, spec: DatasetSpec) 
     return pa.concat_tables(candidates), np.concatenate(hits), questions.num_rows
 
 
+def tune_hybrid_stage(model_key: str) -> str:
+    """The ledger name of tuning a model's hybrid alpha (the pipeline checks it is still there)."""
+    return f"tune-hybrid:{model_key}"
+
+
 @flow(name="tune-hybrid")
 def tune_hybrid_flow(
     model: str,
@@ -97,7 +102,7 @@ def tune_hybrid_flow(
     opened = open_searcher(ws, RetrieverChoice(kind="hybrid", model=model, index_type=index_type, alpha=1.0,
                                                depth=depth), ensure_index=ensure_dense_index)  # fmt: skip
     ref = opened.ref
-    stage = f"tune-hybrid:{ref.key}"  # type: ignore[union-attr]
+    stage = tune_hybrid_stage(ref.key)  # type: ignore[union-attr]
     config = {key: value for key, value in opened.config.items() if key != "alpha"}
     questions_fp = [questions_fingerprint(ws, s.dataset, s.split, QUESTION_COLUMNS) for s in specs]
     stage_fp = fingerprint(stage, config, [s.name for s in specs], k, depth, questions_fp)

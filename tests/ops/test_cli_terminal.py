@@ -220,13 +220,9 @@ def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_serve
 def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tmp_path: Path, capfd) -> None:
     import re
 
+    from odqa.flows.cli.demo import run_demo
     from odqa.flows.cli.terminal import open_session
-    from odqa.flows.compositions.pipeline import (
-        EvaluationSettings,
-        QuestionSettings,
-        TrainingSettings,
-        run_demo_pipeline,
-    )
+    from odqa.flows.compositions.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
     try:
@@ -237,11 +233,11 @@ def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tm
     session = open_session(ws, verbose=False)
     session.terminal.stage_lines(gap=120.0)  # what `odqa demo` sets
     try:
-        run_demo_pipeline(str(ws), training=TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3,
-                                                             mine_depth=20),
-                          questions=QuestionSettings(paq=None),
-                          evaluation=EvaluationSettings(eval_sets=["trex:test"], k=20, zero_shot=False,
-                                                        hybrid_with=None))  # fmt: skip
+        run_demo(str(ws), training=TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3,
+                                                    mine_depth=20),
+                 questions=QuestionSettings(paq=None),
+                 evaluation=EvaluationSettings(eval_sets=["trex:test"], k=20, zero_shot=False,
+                                               hybrid_with=None))  # fmt: skip
     finally:
         session.close()
     lines = "".join(capfd.readouterr()).splitlines()

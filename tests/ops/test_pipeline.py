@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from odqa.flows.compositions.pipeline import (
+    STAGE_FLOWS,
     DomainSettings,
     EvaluationSettings,
     QuestionSettings,
@@ -34,7 +35,7 @@ def tiny_evaluation(k: int = 20) -> EvaluationSettings:
 def test_stage_keys_follow_inputs_and_upstream_outputs(tmp_path: Path) -> None:
     data = tmp_path / "facts.nt"
     data.write_text("a\n", encoding="utf-8")
-    spec = StageSpec(name="s", kind="questions-trex", kwargs={"dataset": "x"}, files=[str(data)])
+    spec = StageSpec(name="s", flow="questions-trex", kwargs={"dataset": "x"}, files=[str(data)])
     up = [StageOutcome(name="ingest", key="k1", outputs={"passages": "v1"}, seconds=1.0, report={})]
     key = stage_key(spec, up)
     assert stage_key(spec, up) == key
@@ -52,9 +53,22 @@ def test_plan_orders_stages_after_their_upstream(tmp_path: Path) -> None:
     for spec in plan:
         assert set(spec.upstream) <= seen, spec.name
         seen.add(spec.name)
-    runs = {s.kwargs["run"] for s in plan if s.kind == "evaluate"}
+    runs = {s.kwargs["run"] for s in plan if s.flow == "evaluate"}
     assert runs == {f"{r}-{d}" for r in ("bm25", "zero-shot", "dpr", "taser", "desire-me", "hybrid")
                     for d in ("trex-test", "nq-test")}
+    assert {s.flow for s in plan} <= set(STAGE_FLOWS)  # every stage is one of the flows, by the flow's own name
+
+
+def test_training_settings_saved_before_the_nested_settings_still_load() -> None:
+    """Pipeline parameters saved with max_steps, lr, ... at the top of `training` (deployments,
+    scripts) keep their meaning: those options move into `training.settings`."""
+    old = TrainingSettings.model_validate({"archs": ["dpr"], "max_steps": 7, "lr": 1e-4, "amp": "none"})
+    assert (old.settings.max_steps, old.settings.lr, old.settings.amp) == (7, 1e-4, "none")
+    assert old.archs == ["dpr"]
+    assert TrainingSettings().settings.max_steps == 200
+    assert TrainingSettings(batch_size=4).settings.max_steps == 200
+    assert TrainingSettings(settings={"max_steps": 3}, lr=1e-3).settings.model_dump(exclude_unset=True) == {
+        "max_steps": 3, "lr": 1e-3}
 
 
 @pytest.mark.e2e
@@ -95,8 +109,8 @@ def test_runner_reaches_mapped_stages_without_changing_their_keys(tmp_path: Path
     assert [s.name for s in local] == [s.name for s in remote]
     up = [StageOutcome(name="ingest", key="k1", outputs={"passages": "v1"}, seconds=1.0, report={})]
     assert [stage_key(s, up) for s in local] == [stage_key(s, up) for s in remote]
-    mapped = {s.kind for s in remote if s.runtime}
-    assert mapped == {"ingest-wikipedia", "index-build", "mine", "run"}
+    mapped = {s.flow for s in remote if s.runtime}
+    assert mapped == {"ingest-wikipedia", "dense-index-build", "mine-negatives", "retrieve"}
     assert all(s.runtime == {"runner": cluster.model_dump()} for s in remote if s.runtime)
     # The default runner maps only BM25 batches; ingest, encoding and mining keep their own paths.
     assert {s.name for s in local if s.runtime} == {s.name for s in local if s.name.startswith("run:bm25-")}
