@@ -29,6 +29,12 @@ def checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
     return {"step": state["step"], "total": total, "written_at": state.get("written_at", "?")}
 
 
+def checkpoint_config(work: Path) -> dict[str, Any]:
+    """The training settings the checkpoint in `work` was written with (its trainer_state.json)."""
+    state = json.loads((work / "checkpoint" / STATE_FILE).read_text(encoding="utf-8"))
+    return state.get("config", {})
+
+
 def resume_decision(
     work: Path, model_id: str, stage_fp: str, params: dict[str, Any], resume: ResumeMode = "auto"
 ) -> tuple[bool, str | None]:

@@ -11,7 +11,9 @@ field here and the code that uses it.
 Fingerprints: a field enters a model's fingerprint only when it differs from its default,
 unless the stage lists it as always fingerprinted (the options models had before this rule) or
 the model lists it in `not_fingerprinted` (it changes the speed or the bookkeeping, not what
-the trainer computes). So a new option leaves every existing model current.
+the trainer computes). So a new option leaves every existing model current. When a default
+changes, the model records the old one in `earlier_defaults`: a fingerprint taken before the
+change is `fingerprint_params(..., earlier=True)`, which the flows still accept as current.
 """
 
 from __future__ import annotations
@@ -43,15 +45,23 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     not_fingerprinted: ClassVar[frozenset[str]] = frozenset()
+    earlier_defaults: ClassVar[dict[str, Any]] = {}  # field -> its default before the current one
 
-    def fingerprint_params(self, always: Iterable[str]) -> dict[str, Any]:
+    @classmethod
+    def defaults(cls, earlier: bool = False) -> dict[str, Any]:
+        """Every field's default (with `earlier`: as it was before a default changed)."""
+        current = {name: info.get_default(call_default_factory=True) for name, info in cls.model_fields.items()
+                   if not info.is_required()}  # fmt: skip
+        return {**current, **cls.earlier_defaults} if earlier else current
+
+    def fingerprint_params(self, always: Iterable[str], earlier: bool = False) -> dict[str, Any]:
         """The fields that define what is trained: those in `always`, and every other one that is
-        set to something other than its default (and not in `not_fingerprinted`)."""
-        always = set(always)
-        values = self.model_dump()
-        return {name: value for name, value in values.items()
+        set to something other than its default (and not in `not_fingerprinted`). With `earlier`,
+        the defaults before the last change of one: the fingerprint models trained then have."""
+        always, defaults = set(always), self.defaults(earlier)
+        return {name: value for name, value in self.model_dump().items()
                 if name in always or (name not in self.not_fingerprinted
-                                      and value != type(self).model_fields[name].get_default(call_default_factory=True))}  # fmt: skip
+                                      and (name not in defaults or value != defaults[name]))}  # fmt: skip
 
 
 class RetrieverSettings(Settings):
@@ -88,6 +98,9 @@ class TrainSettings(Settings):
 
     not_fingerprinted: ClassVar[frozenset[str]] = frozenset(
         {"checkpoint_minutes", "threads", "snapshot_every", "snapshot_dir"})
+    # Length buckets became the default on 2026-11-26 (benchmarks/RESULTS.md, "Bucketed training
+    # by default"): the same loss, at 1.6-1.7x the examples per CPU second in bf16.
+    earlier_defaults: ClassVar[dict[str, Any]] = {"bucket_tokens": None}
 
     max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps; give this or epochs, not both")
     epochs: int | None = Field(default=None, ge=1, description="Epochs over the training sets, instead of max_steps")
@@ -108,8 +121,9 @@ class TrainSettings(Settings):
     amp: Amp = Field(default="auto", description="Mixed precision: auto (bf16/fp16 autocast on GPU, bf16 on CPUs "
                      "with bf16 matrix units, about 2x faster per step, else full precision), bf16, fp16 (GPU only) "
                      "or none")  # fmt: skip
-    bucket_tokens: int | None = Field(default=None, ge=1, description="Encode each micro-batch in length-sorted "
-                                      "buckets of at most this many padded tokens (less padding); empty: one bucket")  # fmt: skip
+    bucket_tokens: int | None = Field(default=2048, ge=1, description="Encode each micro-batch in length-sorted "
+                                      "buckets of at most this many padded tokens: the same loss with less padding; "
+                                      "none: one block padded to its longest passage")  # fmt: skip
     grad_cache: bool = Field(default=False, description="Cached-gradient (GradCache) steps over the buckets: the "
                              "memory of one bucket whatever the batch size, about 1.3x the compute; needs "
                              "bucket_tokens")  # fmt: skip
@@ -162,5 +176,18 @@ class TrainSettings(Settings):
 
     @classmethod
     def legacy_signature(cls) -> dict[str, Any]:
-        """The signature entries a checkpoint written before they existed was trained with."""
-        return {k: cls.model_fields[k].get_default(call_default_factory=True) for k in cls.resumed_since_added}
+        """The signature entries a checkpoint written before they existed was trained with (their
+        defaults of that time)."""
+        defaults = cls.defaults(earlier=True)
+        return {k: defaults[k] for k in cls.resumed_since_added}
+
+    def continuing(self, checkpoint_config: dict[str, Any]) -> tuple[TrainSettings, list[str]]:
+        """These settings for continuing a checkpoint written with `checkpoint_config`: a field
+        whose default changed since, left at its default now, keeps the value the checkpoint was
+        trained with (its default then), so the training ends as it began. Returns the settings
+        and the names of the fields that kept the checkpoint's value."""
+        earlier, current = self.defaults(earlier=True), self.defaults()
+        kept = {name: checkpoint_config.get(name, earlier[name]) for name in self.earlier_defaults
+                if getattr(self, name) == current[name] and checkpoint_config.get(name, earlier[name]) == earlier[name]}
+        kept = {name: value for name, value in kept.items() if value != getattr(self, name)}
+        return (self.model_copy(update=kept) if kept else self), sorted(kept)

@@ -1,6 +1,7 @@
 """Click options made from a settings model's fields (models/settings.py), so a verb's options
 are the declaration: `--field-name` (or the field's `Cli` spelling), a `Literal` as a choice, a
-bound as a range, a two-number list as two values, a bool as a flag, the description as help."""
+bound as a range (an optional number whose default is not empty also takes `none`), a two-number
+list as two values, a bool as a flag, the description as help."""
 
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ def _bound(info: FieldInfo, kind: type) -> Any | None:
     return click.FloatRange(**limits)
 
 
+class OrNone(click.ParamType):
+    """A number, or the word `none` for a field that may be empty but has another default (so
+    the default can be turned off: `--bucket-tokens none`)."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = f"{inner.name} or none"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return None
+        return self.inner.convert(value, param, ctx)
+
+
 def field_option(name: str, info: FieldInfo, default: Any, required: bool,
                  choices: Iterable[str] | None = None) -> Callable[[F], F]:  # fmt: skip
     """One click option for the settings field `name` (a choice among `choices` where given)."""
@@ -61,7 +76,9 @@ def field_option(name: str, info: FieldInfo, default: Any, required: bool,
         count = next(m.max_length for m in info.metadata if isinstance(m, MaxLen))
         keywords.update(type=(item,) * count, metavar=" ".join([item.__name__.upper()] * count))
     elif kind in (int, float):
-        keywords["type"] = _bound(info, kind) or kind
+        keywords["type"] = _bound(info, kind) or click.types.convert_type(kind)
+        if kind is not info.annotation and default is not None:
+            keywords["type"] = OrNone(keywords["type"])
     keywords["show_default"] = default is not None
     return click.option(flag, name, **keywords)
 

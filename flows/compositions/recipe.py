@@ -61,6 +61,7 @@ from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.schemas import SCHEMAS
 from ..plumbing.console import tell
 from ..plumbing.runtime import stage_logger
+from ..plumbing.skip_unchanged import current_fingerprint
 from ..stages.bm25 import bm25_index_flow
 from ..stages.evaluate import evaluate_flow
 from ..stages.index import index_build_flow
@@ -403,13 +404,21 @@ def train_rounds_flow(
     evaluated = [(spec.dataset, spec.split) for spec in (DatasetSpec.parse(s, with_weight=False) for s in evaluate)]
     _check(rounds, retriever.arch, specs, evaluated, holdout, hybrid, model_id)
     base, seed = retriever.base, training.seed
-    train_args = {**retriever.fingerprint_params(FINGERPRINTED), **training.fingerprint_params(FINGERPRINTED)}
     mining = {"mode": mode, "depth": mine_depth, "count": mine_count, "bm25_negatives": bm25_negatives}
     sources = [questions_fingerprint(ws, s.dataset, s.split, SCHEMAS["questions"].names) for s in specs]
-    # Everything a round's model depends on; a change gives fresh copies and fresh rounds.
-    base_fp = fingerprint(RECIPE, model_id, train_args, model_identity(resolve_model(ws, base).path),
-                          [(s.dataset, s.split, s.weight) for s in specs], mining, holdout, index_type, sources,
-                          ws.table_version("passages"))  # fmt: skip
+
+    def recipe_fingerprint(earlier: bool) -> str:
+        """Everything a round's model depends on; a change gives fresh copies and fresh rounds."""
+        train_args = {**retriever.fingerprint_params(FINGERPRINTED),
+                      **training.fingerprint_params(FINGERPRINTED, earlier)}  # fmt: skip
+        return fingerprint(RECIPE, model_id, train_args, model_identity(resolve_model(ws, base).path),
+                           [(s.dataset, s.split, s.weight) for s in specs], mining, holdout, index_type, sources,
+                           ws.table_version("passages"))  # fmt: skip
+
+    now, earlier = recipe_fingerprint(False), recipe_fingerprint(True)
+    first = round_stage(model_id, 1)
+    base_fp = now if current_fingerprint(ws, first, fingerprint(first, now), fingerprint(first, earlier)) == \
+        fingerprint(first, now) else earlier
     splits = [derive_splits_task(str(ws.root), model_id, base_fp[:8], s.dataset, s.split, s.weight, holdout, seed)
               for s in specs]  # fmt: skip
     plan = RecipePlan(ws, model_id, splits, retriever, training, mining, evaluated, sorted(set(ks or DEFAULT_KS)), k,

@@ -26,3 +26,14 @@ def finished_report(ws: Workspace, stage: str, fingerprint: str, report_type: ty
     if report is not None:
         stage_logger().info("%s: %s (no-op)", stage, why)
     return report
+
+
+def current_fingerprint(ws: Workspace, stage: str, now: str, earlier: str) -> str:
+    """`earlier` where the stage's ledger record was taken with it (a fingerprint from before a
+    default changed, `Settings.earlier_defaults`), else `now`: an unchanged command on work done
+    before the change stays a no-op (or a resumption) instead of starting over."""
+    record = ws.stage_record(stage)
+    if earlier != now and record is not None and record.fingerprint == earlier:
+        stage_logger().info("%s: recorded with the defaults of its time; still current", stage)
+        return earlier
+    return now

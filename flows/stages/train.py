@@ -39,7 +39,7 @@ from ...models.data import examples_from_tables, read_examples, referenced_passa
 from ...models.desire_me_targets import check_gate_targets, with_gate_targets
 from ...models.dev_eval import dev_pool
 from ...models.job import TrainingJob, TrainSet, read_result, run_job
-from ...models.resume import ResumeMode, resume_decision
+from ...models.resume import ResumeMode, checkpoint_config, resume_decision
 from ...models.settings import RetrieverSettings, TrainSettings
 from ...models.trainer import TrainingConfig, TrainResult, changed_auto_precision
 from ...models.training_state import OPTIMIZER_FILE, RNG_FILE, STATE_FILE
@@ -66,7 +66,7 @@ from ..plumbing.artifacts import publish_training
 from ..plumbing.concurrency_slots import gpu_slot
 from ..plumbing.console import tell
 from ..plumbing.runtime import flow_run_logs, run_log_env, stage_logger
-from ..plumbing.skip_unchanged import finished_report
+from ..plumbing.skip_unchanged import current_fingerprint, finished_report
 
 LAUNCH_FILE = "launch.json"  # node 0's job is ready for the other nodes (its stage fingerprint, endpoint)
 JOIN_TIMEOUT_S = 1800.0
@@ -243,13 +243,14 @@ FINGERPRINTED = ("arch", "base", "routing", "pooling", "freeze", "num_experts", 
 
 
 def train_params(retriever: RetrieverSettings, training: TrainSettings, train: list[str], dev: str | None,
-                 gpus: int) -> dict[str, Any]:  # fmt: skip
-    """What a training's stage fingerprint (and its checkpoint's run file) holds of its settings.
+                 gpus: int, earlier: bool = False) -> dict[str, Any]:  # fmt: skip
+    """What a training's stage fingerprint (and its checkpoint's run file) holds of its settings
+    (with `earlier`: as models trained before the last change of a default have it).
 
     An `amp` of "auto" that now gives another precision than it did when models were first
     trained (bf16 on CPUs with bf16 units) enters as `precision`, so those models train again."""
     precision = changed_auto_precision(training.amp)
-    return {**retriever.fingerprint_params(FINGERPRINTED), **training.fingerprint_params(FINGERPRINTED),
+    return {**retriever.fingerprint_params(FINGERPRINTED), **training.fingerprint_params(FINGERPRINTED, earlier),
             "train": train, "dev": dev, "gpus": gpus, **({"precision": precision} if precision else {})}  # fmt: skip
 
 
@@ -311,8 +312,9 @@ def train_flow(
         for spec in specs:
             ensure_hard_negatives(ws, spec, training.hard_negatives)
     stage = train_stage(model_id)
-    stage_fp = fingerprint(stage, params, model_identity(base_path), ws.table_version("questions"),
-                           ws.table_version("passages"))  # fmt: skip
+    inputs = (model_identity(base_path), ws.table_version("questions"), ws.table_version("passages"))
+    stage_fp = current_fingerprint(ws, stage, fingerprint(stage, params, *inputs),
+                                   fingerprint(stage, train_params(retriever, training, train, dev, gpus, True), *inputs))
     if launch.node_rank > 0:  # node 0 holds the model's writer lock and registers the model
         return _join_training(training_dir(ws, model_id), stage_fp, launch, TrainReport(
             model_id=model_id, arch=arch, parameters=0, path=str(model_dir(ws, model_id)), base=base, trained_on=""))
@@ -327,6 +329,11 @@ def train_flow(
         resuming, message = resume_decision(work, model_id, stage_fp, params, resume)
         if message:
             tell("%s", message)  # the terminal too: a user must see that a run resumed, or why not
+        if resuming:
+            training, kept = training.continuing(checkpoint_config(work))
+            if kept:
+                tell("%s continues with the checkpoint's %s (the default when it began)", model_id,
+                     ", ".join(f"{name}={getattr(training, name)}" for name in kept))
         train_sets, loaded = [], {}
         for spec in specs:
             path = training_examples_file(ws, model_id, "train", spec.dataset, spec.split)

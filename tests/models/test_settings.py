@@ -46,14 +46,49 @@ RECIPES_BEFORE = [
 def test_models_trained_before_keep_their_fingerprint(retriever, training, train, dev, gpus, expected, monkeypatch):
     # "auto" precision that changed since (bf16 CPUs) enters on its own; these options ask for none
     monkeypatch.setattr("odqa.flows.stages.train.changed_auto_precision", lambda amp: None)
-    params = train_params(RetrieverSettings(**retriever), TrainSettings(**training), train, dev, gpus)
-    assert fingerprint("train-m", params) == expected
+    settings = RetrieverSettings(**retriever), TrainSettings(**training)
+    # Options that leave buckets at their default give the old fingerprint (such a model stays
+    # current); a model trained with buckets asked for has it under the defaults of its time,
+    # which the train flow accepts as current (`current_fingerprint`).
+    earlier = "bucket_tokens" in training
+    assert fingerprint("train-m", train_params(*settings, train, dev, gpus, earlier=earlier)) == expected
 
 
 @pytest.mark.parametrize(("retriever", "training", "expected"), RECIPES_BEFORE)
 def test_recipes_run_before_keep_their_fingerprint(retriever, training, expected):
-    settings = (RetrieverSettings(**retriever), TrainSettings(**training))
-    assert fingerprint({k: v for s in settings for k, v in s.fingerprint_params(RECIPE_FINGERPRINTED).items()}) == expected
+    retriever_settings, train_settings = RetrieverSettings(**retriever), TrainSettings(**training)
+    params = {**retriever_settings.fingerprint_params(RECIPE_FINGERPRINTED),
+              **train_settings.fingerprint_params(RECIPE_FINGERPRINTED, earlier="bucket_tokens" in training)}
+    assert fingerprint(params) == expected
+
+
+def test_buckets_are_the_default_and_can_be_turned_off():
+    assert TrainSettings(max_steps=1).bucket_tokens == 2048
+    off = TrainSettings(max_steps=1, bucket_tokens=None)
+    assert off.fingerprint_params(()) == {"max_steps": 1, "bucket_tokens": None}  # off is now the choice made
+    assert off.fingerprint_params((), earlier=True) == {"max_steps": 1}  # as unbucketed models had it
+
+    @click.command()
+    @settings_options(TrainSettings, only=["bucket_tokens"])
+    def show(**options):
+        click.echo(repr(settings_from(TrainSettings, {**options, "max_steps": 1}).bucket_tokens))
+
+    runner = CliRunner()
+    assert runner.invoke(show, []).output.strip() == "2048"
+    assert runner.invoke(show, ["--bucket-tokens", "none"]).output.strip() == "None"
+    assert runner.invoke(show, ["--bucket-tokens", "512"]).output.strip() == "512"
+    assert "x>=1" in runner.invoke(show, ["--bucket-tokens", "0"]).output
+
+
+def test_a_checkpoint_begun_before_a_default_changed_continues_with_its_own_value():
+    now = TrainSettings(max_steps=4)
+    for config in ({"bucket_tokens": None, "max_steps": 4}, {"max_steps": 4}):  # recorded, or before the option
+        kept, names = now.continuing(config)
+        assert (kept.bucket_tokens, names) == (None, ["bucket_tokens"])
+    assert now.continuing({"bucket_tokens": 2048}) == (now, [])
+    # a value the user chose is theirs: the checkpoint's older default does not replace it
+    chosen = TrainSettings(max_steps=4, bucket_tokens=512)
+    assert chosen.continuing({"bucket_tokens": None}) == (chosen, [])
 
 
 def test_a_new_option_enters_the_fingerprint_only_when_set():
