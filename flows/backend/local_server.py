@@ -25,7 +25,9 @@ server answers its health check without a database, so the cluster itself is che
 watchdog beside the server (`flows.backend.watchdog`) stops it when the workspace folder is gone
 or when it has been idle for ``$ODQA_PREFECT_IDLE_S`` seconds (default one hour). Runs it was orchestrating that no live process owns anymore are
 set to Crashed (see `crash_orphaned_runs`); the workspace's tables are untouched, since every
-write to them is atomic and independent of Prefect.
+write to them is atomic and independent of Prefect. A CLI call stamps the flow runs it creates
+with its process (`stamped_flow_runs`), so a call killed while the server lives on is noticed
+too: the next verb sets its runs Crashed, and those of calls still alive are left alone.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .auth import api_client, client_auth_string, server_auth_string
 from .database import PrefectDatabase, database_name, prefect_database, sqlite_database
@@ -322,27 +325,36 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
         record = read_record(workspace)
         if record is not None and is_prefect_server(record.pid):
             wait_healthy(record.api_url, lambda: is_prefect_server(record.pid), timeout, Path(record.log))
-            restarted = restart_dead_cluster(record)
-            return ServerStatus(record, note=restarted)
-        database = workspace_database(workspace)
-        chosen = _choose_port(port, record)
-        process = launch(database, chosen, paths.home, paths.server_log, detached=True)
-        cluster_root = str(database.cluster.root) if database.cluster is not None else None
-        fresh = ServerRecord(pid=process.pid, port=chosen, backend=database.kind, database=database.name,
-                             started_at=_now(), log=str(paths.server_log), cluster_root=cluster_root)  # fmt: skip
-        try:
-            wait_healthy(fresh.api_url, lambda: process.poll() is None, timeout, paths.server_log)
-        except BaseException:
-            terminate(process.pid)
-            raise
-        fresh = replace(fresh, watchdog_pid=launch_watchdog(fresh, workspace, paths.server_log))
-        write_record(paths, fresh)
-        status = ServerStatus(fresh, started=True, note=database.note,
-                              restarted_after=record.pid if record is not None else None)  # fmt: skip
+            status = ServerStatus(record, note=restart_dead_cluster(record))
+        else:
+            status = _start_server(paths, workspace, record, port, timeout)
+    if not status.started:  # runs of calls killed since: only those stamped with a dead pid are judged
+        status.crashed_runs = crash_orphaned_runs(status.record.api_url, workspace, judge_unstamped=False)
+        return status
     with registered_client(workspace):  # in use for the watchdog, however long this takes
-        status.crashed_runs = crash_orphaned_runs(fresh.api_url, workspace)
+        status.crashed_runs = crash_orphaned_runs(status.record.api_url, workspace)
         paths.last_used.touch()  # the watchdog's idle clock starts once the server is ready
     return status
+
+
+def _start_server(paths: ServerPaths, workspace: Path, previous: ServerRecord | None, port: int | None,
+                  timeout: float) -> ServerStatus:  # fmt: skip
+    """Start the workspace's server (the caller holds its lock) and record it."""
+    database = workspace_database(workspace)
+    chosen = _choose_port(port, previous)
+    process = launch(database, chosen, paths.home, paths.server_log, detached=True)
+    cluster_root = str(database.cluster.root) if database.cluster is not None else None
+    fresh = ServerRecord(pid=process.pid, port=chosen, backend=database.kind, database=database.name,
+                         started_at=_now(), log=str(paths.server_log), cluster_root=cluster_root)  # fmt: skip
+    try:
+        wait_healthy(fresh.api_url, lambda: process.poll() is None, timeout, paths.server_log)
+    except BaseException:
+        terminate(process.pid)
+        raise
+    fresh = replace(fresh, watchdog_pid=launch_watchdog(fresh, workspace, paths.server_log))
+    write_record(paths, fresh)
+    return ServerStatus(fresh, started=True, note=database.note,
+                        restarted_after=previous.pid if previous is not None else None)  # fmt: skip
 
 
 def record_cluster(record: ServerRecord) -> Cluster | None:
@@ -542,20 +554,62 @@ def live_clients_since(workspace: Path) -> datetime | None:
     return oldest
 
 
-def crash_orphaned_runs(api_url: str, workspace: Path) -> list[str]:
+@contextlib.contextmanager
+def stamped_flow_runs() -> Iterator[None]:
+    """For the block, every flow run this process creates gets ``HOST:PID`` as its
+    ``infrastructure_pid`` (the form Prefect's process worker gives deployment runs), so that once
+    this process is gone, the next call sets the run Crashed (`crash_orphaned_runs`) while the
+    runs of other calls still alive keep running: without the stamp, a run tells nothing about
+    which of several concurrent calls owns it. One PATCH per flow run; Prefect itself reads the
+    field only for runs of a work pool, which a CLI call's runs are not."""
+    from prefect.client.orchestration import PrefectClient, SyncPrefectClient
+
+    if getattr(SyncPrefectClient.create_flow_run, "odqa_stamped", False):
+        yield  # an outer block (a verb calling another in-process) stamps them already
+        return
+    sync_create, async_create = SyncPrefectClient.create_flow_run, PrefectClient.create_flow_run
+
+    def create(self: SyncPrefectClient, *args: Any, **kwargs: Any) -> Any:
+        run = sync_create(self, *args, **kwargs)
+        run.infrastructure_pid = f"{socket.gethostname()}:{os.getpid()}"
+        self.update_flow_run(run.id, infrastructure_pid=run.infrastructure_pid)
+        return run
+
+    async def acreate(self: PrefectClient, *args: Any, **kwargs: Any) -> Any:
+        run = await async_create(self, *args, **kwargs)
+        run.infrastructure_pid = f"{socket.gethostname()}:{os.getpid()}"
+        await self.update_flow_run(run.id, infrastructure_pid=run.infrastructure_pid)
+        return run
+
+    create.odqa_stamped = True  # type: ignore[attr-defined]
+    SyncPrefectClient.create_flow_run = create  # type: ignore[method-assign]
+    PrefectClient.create_flow_run = acreate  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SyncPrefectClient.create_flow_run = sync_create  # type: ignore[method-assign]
+        PrefectClient.create_flow_run = async_create  # type: ignore[method-assign]
+
+
+def crash_orphaned_runs(api_url: str, workspace: Path, judge_unstamped: bool = True) -> list[str]:
     """Set to Crashed the flow runs the server believes active (Pending, Running, Cancelling) whose
     process is gone; names of the runs changed.
 
-    A run is orphaned when its ``infrastructure_pid`` (set by the worker for deployment runs)
-    names a dead process, or, for a run without one (CLI and plain calls), when it was created
-    before every odqa call still running on this workspace started, so no live call can own it."""
+    A run is orphaned when its ``infrastructure_pid`` (set by the worker for deployment runs, and
+    by `stamped_flow_runs` for CLI calls) names a dead process on this machine. A run without one
+    (a plain Python caller's, or one whose call died before stamping it) is judged only when
+    ``judge_unstamped`` (the server has just started): orphaned when it was created before every
+    odqa call still running on this workspace started, so no live call can own it. A running
+    server is not asked to judge those: a caller that no registry knows may still be alive."""
     import asyncio
 
     auth = client_auth_string(ServerPaths(workspace).home)
-    return asyncio.run(_crash_orphaned_runs(api_url, live_clients_since(workspace), auth))
+    live_since = live_clients_since(workspace)
+    return asyncio.run(_crash_orphaned_runs(api_url, live_since, auth, judge_unstamped))
 
 
-async def _crash_orphaned_runs(api_url: str, live_since: datetime | None, auth: str | None) -> list[str]:
+async def _crash_orphaned_runs(api_url: str, live_since: datetime | None, auth: str | None,
+                               judge_unstamped: bool) -> list[str]:  # fmt: skip
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterState,
@@ -570,7 +624,7 @@ async def _crash_orphaned_runs(api_url: str, live_since: datetime | None, auth: 
     from prefect.states import Crashed
 
     active = [StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]
-    message = "the Prefect server stopped while this run was active and its process is gone (odqa)"
+    message = "the process that ran this flow run is gone (odqa)"
     crashed: list[str] = []
     async with api_client(api_url, auth) as client:
         runs = await client.read_flow_runs(
@@ -578,7 +632,7 @@ async def _crash_orphaned_runs(api_url: str, live_since: datetime | None, auth: 
             sort=FlowRunSort.ID_DESC, limit=200,  # 3.8.8 rejects the client's None defaults (HTTP 422)
         )
         for run in runs:
-            if not _orphaned(run, live_since):
+            if not _orphaned(run, live_since, judge_unstamped):
                 continue
             await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
             tasks = await client.read_task_runs(
@@ -592,14 +646,14 @@ async def _crash_orphaned_runs(api_url: str, live_since: datetime | None, auth: 
     return crashed
 
 
-def _orphaned(run, live_since: datetime | None) -> bool:
+def _orphaned(run, live_since: datetime | None, judge_unstamped: bool) -> bool:
     if run.infrastructure_pid:
         host, _, pid = run.infrastructure_pid.rpartition(":")
         if host and host != socket.gethostname():
             return False  # another machine's process: not ours to judge
         return pid.isdigit() and not process_alive(int(pid))
-    if run.deployment_id is not None:
-        return False  # a worker is still submitting it
+    if run.deployment_id is not None or not judge_unstamped:
+        return False  # a worker is still submitting it; or its caller may be alive
     return live_since is None or (run.created is not None and run.created < live_since)
 
 

@@ -22,7 +22,7 @@ import click
 
 from ...storage import choices
 from ..backend.auth import client_auth_string
-from ..backend.local_server import ServerPaths, registered_client
+from ..backend.local_server import ServerPaths, registered_client, stamped_flow_runs
 from .prefect_api import (
     HEARTBEAT_ENV,
     PrefectApi,
@@ -132,6 +132,8 @@ def use_prefect(root: click.Context, start: bool) -> PrefectApi:
             updates = {PREFECT_API_URL: api.url, **({PREFECT_API_AUTH_STRING: auth} if auth is not None else {})}
             root.with_resource(temporary_settings(updates))
         root.with_resource(registered_client(workspace))
+        if start:  # its runs end Crashed by the next verb if it is killed (serverless verbs run no flow)
+            root.with_resource(stamped_flow_runs())
     if start and not os.environ.get(HEARTBEAT_ENV):
         root.with_resource(without_heartbeats())
     for line in server_lines(api):

@@ -89,8 +89,8 @@ def without_heartbeats():
     """Prefect settings for this call with flow-run heartbeats off. Prefect 3.8 ends every sync
     flow run (subflows too) by joining its heartbeat thread, which sleeps in 1 s steps: up to 1 s
     per flow run, most of a short verb's overhead and a second per pipeline stage. The heartbeats
-    only feed zombie-run automations, which odqa does not set up (the long-lived server marks
-    runs of dead processes Crashed when it restarts). Setting $PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+    only feed zombie-run automations, which odqa does not set up (the next verb marks the runs of
+    dead processes Crashed: `flows.backend.local_server.crash_orphaned_runs`). Setting $PREFECT_FLOWS_HEARTBEAT_FREQUENCY
     keeps them."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
@@ -102,14 +102,12 @@ def server_lines(api: PrefectApi) -> list[str]:
     status = api.status
     if status is None:
         return []
-    if not status.started:  # a running server; the note says what had to be mended for it
-        return [status.note] if status.note else []
-    lines = [status.note] if status.note else []
+    lines = [status.note] if status.note else []  # a running server's: what had to be mended for it
     record = status.record
     if status.restarted_after is not None:
         lines.append(f"this workspace's Prefect server (pid {status.restarted_after}) had stopped; "
                      f"started it again at {record.ui_url}")  # fmt: skip
-    else:
+    elif status.started:
         lines.append(f"started this workspace's Prefect server in the background: UI {record.ui_url}, "
                      f"log {record.log}; `./run server stop` stops it")  # fmt: skip
     if status.crashed_runs:

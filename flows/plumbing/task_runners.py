@@ -46,16 +46,17 @@ def make_task_runner(
 ) -> TaskRunner:
     """A task runner for mapped data-parallel tasks.
 
-    A Dask address always wins (the cluster decides how many workers run); without one, `dask`
-    starts a throw-away local cluster, `processes` a process pool, `threads` a thread pool.
+    A Dask address always wins (the cluster decides how many workers run), also over a Dask
+    client this process already holds (`flows.plumbing.dask_runner`); without one, `dask` starts a
+    throw-away local cluster, `processes` a process pool, `threads` a thread pool.
     """
     address = dask_address(address)
     if address or kind == "dask":
-        from prefect_dask import DaskTaskRunner
+        from .dask_runner import AddressedDaskTaskRunner
 
         if address:
-            return DaskTaskRunner(address=address)
-        return DaskTaskRunner(
+            return AddressedDaskTaskRunner(address=address)
+        return AddressedDaskTaskRunner(
             cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": False}
         )
     if kind == "processes":

@@ -1,8 +1,9 @@
 """The workspace's long-lived Prefect server as CLI verbs meet it: the first verb that runs a flow
 starts it in the background; SIGKILLed between two verbs, it is noticed and started again by the
 second verb, which succeeds; a flow run left active by a process that died with it is marked
-Crashed; and the workspace is unchanged apart from what the second verb wrote. The server is
-stopped and its database dropped at the end (`reset_server`)."""
+Crashed; and the workspace is unchanged apart from what the second verb wrote. A call killed
+while the server lives on has its runs marked Crashed by the next verb, and a call still alive
+keeps its own. The server is stopped and its database dropped at the end (`reset_server`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -110,3 +112,69 @@ def test_a_killed_server_is_restarted_by_the_next_verb_and_nothing_is_lost(tmp_p
     finally:
         reset_server(ws)
     assert read_record(ws) is None
+
+
+async def _runs_of(api_url: str, pids: list[int]) -> dict[int, tuple[str, str, list[str]]]:
+    """pid -> (flow run id, its state, its task runs' states) of the flow runs stamped with a pid."""
+    from prefect.client.orchestration import PrefectClient
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
+    from prefect.client.schemas.sorting import FlowRunSort, TaskRunSort
+
+    stamps = {f"{socket.gethostname()}:{pid}": pid for pid in pids}
+    found: dict[int, tuple[str, str, list[str]]] = {}
+    async with PrefectClient(api_url) as client:
+        for run in await client.read_flow_runs(sort=FlowRunSort.ID_DESC, limit=50, offset=0):
+            if run.infrastructure_pid in stamps:
+                tasks = await client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(
+                    any_=[run.id])), sort=TaskRunSort.EXPECTED_START_TIME_DESC, limit=10, offset=0)  # fmt: skip
+                found[stamps[run.infrastructure_pid]] = (str(run.id), run.state_name, [t.state_name for t in tasks])
+    return found
+
+
+def test_a_killed_calls_runs_end_crashed_by_the_next_verb_while_a_live_calls_keep_running(tmp_path: Path) -> None:
+    """Two `odqa questions trex` calls wait inside their flow runs, each reading a FIFO of triples
+    nobody writes; one is SIGKILLed. The next verb (on the same, still running server) sets the
+    killed call's run Crashed and leaves the live call's run Running."""
+    ws = tmp_path / "ws"
+    env = cli_env(tmp_path)
+    code = "import sys; from odqa.flows.cli import main; sys.exit(main())"
+    templates = REPO_ROOT / "sample" / "wikidata" / "relation_query_templates.json"
+    calls: list[subprocess.Popen] = []
+    try:
+        for name in ("killed", "live"):
+            fifo = tmp_path / f"{name}.jsonl"
+            os.mkfifo(fifo)
+            calls.append(subprocess.Popen([sys.executable, "-c", code, "-w", str(ws), "questions", "trex", "--triples",
+                                           str(fifo), "--templates", str(templates), "--dataset", name], env=env,
+                                          cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                                          stderr=(tmp_path / f"{name}.err").open("w")))  # fmt: skip
+        killed, live = calls
+        deadline = time.monotonic() + 300
+        runs: dict[int, tuple[str, str, list[str]]] = {}
+        while time.monotonic() < deadline:
+            record = read_record(ws)
+            if record is not None:
+                runs = asyncio.run(_runs_of(record.api_url, [killed.pid, live.pid]))
+                if [state for _, state, _ in runs.values()] == ["Running", "Running"]:
+                    break
+            assert killed.poll() is None and live.poll() is None, [p.read_text() for p in tmp_path.glob("*.err")]
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the two calls' flow runs did not both run: {runs}")
+        killed.kill()
+        killed.wait()
+
+        after = odqa(env, "-w", ws, "import", "questions", "--format", "dpr-qas", "--dataset", "toy", "--split",
+                     "dev", write_questions(tmp_path / "toy.qa.csv"))  # fmt: skip
+        assert after.returncode == 0, after.stderr
+        assert "started this workspace's Prefect server" not in after.stderr  # the same server, still running
+        assert "marked 1 flow run(s) whose process is gone as Crashed" in after.stderr, after.stderr
+        states = asyncio.run(_runs_of(record.api_url, [killed.pid, live.pid]))
+        assert states[killed.pid][0] == runs[killed.pid][0] and states[killed.pid][1] == "Crashed"
+        assert all(state == "Crashed" for state in states[killed.pid][2])
+        assert states[live.pid][1] == "Running" and live.poll() is None
+    finally:
+        for call in calls:
+            call.kill()
+            call.wait()
+        reset_server(ws)

@@ -23,6 +23,21 @@ def test_runner_choice() -> None:
         make_task_runner("gpus")  # type: ignore[arg-type]
 
 
+def test_a_dask_address_wins_over_a_client_the_process_already_holds() -> None:
+    """prefect-dask's runner takes `distributed.get_client()` first: a process holding a client of
+    one cluster sent the tasks of a flow pointed at another cluster to the one it held."""
+    from distributed import Client, LocalCluster, get_worker
+
+    options = {"n_workers": 1, "threads_per_worker": 1, "processes": False, "dashboard_address": ":0",
+               "protocol": "tcp://", "host": "127.0.0.1"}  # fmt: skip
+    with LocalCluster(**options) as held, LocalCluster(**options) as named, Client(held):
+        runner = make_task_runner(address=named.scheduler_address)
+        with runner:
+            assert runner.client.scheduler.address == named.scheduler_address
+            ran_on = runner.client.submit(lambda: get_worker().address, pure=False).result(timeout=60)
+        assert ran_on in named.scheduler_info["workers"] and ran_on not in held.scheduler_info["workers"]
+
+
 @pytest.mark.e2e
 def test_bm25_batches_on_a_local_dask_cluster_equal_the_default_runner(prefect_harness, tmp_path: Path) -> None:
     try:
