@@ -97,8 +97,8 @@ class Recipe:
             options += ["--warmup-steps", str(self.warmup_steps)]
         if self.threads:
             options += ["--threads", str(self.threads)]
-        if self.bucket_tokens:
-            options += ["--bucket-tokens", str(self.bucket_tokens)]
+        # Always spelled out: odqa's default is buckets of 2048 since 2026-11-26; None here is one padded block.
+        options += ["--bucket-tokens", str(self.bucket_tokens) if self.bucket_tokens else "none"]
         if self.grad_cache:
             options += ["--grad-cache"]
         if self.mask_duplicates:
