@@ -160,8 +160,8 @@ def main() -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from odqa.flows.backend.local_server import temporary_server
-    from odqa.flows.stages.passages import import_passages_flow
     from odqa.flows.compositions.pipeline import default_base_model
+    from odqa.flows.stages.passages import import_passages_flow
 
     scratch = Path(tempfile.mkdtemp(prefix="odqa-bench-scale-out-"))
     port = _free_port()
