@@ -5,10 +5,14 @@ throughput once the worker pool has started. Each copy keeps the real wikitext; 
 ids (offset by ``copy * ID_STRIDE``) and titles (suffixed " (copy N)") change, so the result
 is a valid export with unique pages. Written uncompressed: compressing 1 GB with bz2 would
 take minutes and change nothing about the memory profile of the pipeline.
+
+From a terminal: ``python benchmarks/synthetic_dump.py SOURCE OUT --target-bytes N`` (SOURCE
+plain or bz2-compressed XML; OUT is written uncompressed).
 """
 
 from __future__ import annotations
 
+import argparse
 import bz2
 import re
 from pathlib import Path
@@ -56,3 +60,20 @@ def write_repeated(source: Path, out: Path, target_bytes: int, min_copies: int =
         f.write(footer)
         written += len(footer)
     return copies, written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("source", type=Path, help="a MediaWiki export, .xml or .xml.bz2")
+    parser.add_argument("out", type=Path, help="the grown export, uncompressed XML")
+    parser.add_argument("--target-bytes", type=int, required=True, help="at least this many bytes of XML")
+    parser.add_argument("--min-copies", type=int, default=1, help="at least this many copies of the pages")
+    args = parser.parse_args()
+    copies, written = write_repeated(args.source, args.out, args.target_bytes, args.min_copies)
+    print(f"{args.out}: {copies} copies, {written} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,7 @@ from odqa.pipelines.evaluation.metrics import qrels_from_questions
 from odqa.pipelines.passage_formats import read_beir_corpus
 from odqa.storage import Workspace
 from tests.bm25.test_cli_end_to_end import java  # noqa: F401  (fixture: skips without a JDK)
-from tests.models.test_training_flow import _fill_workspace
+from tests.models.filled_workspace import fill_workspace
 
 
 def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -24,7 +24,7 @@ def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 def test_export_beir_writes_corpus_queries_and_the_evaluated_qrels(cli, tmp_path):
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     out = tmp_path / "beir"
     result = cli("--workspace", str(root), "export", "beir", "toy", "train", "--out", str(out))
     assert "export beir: done" in result.output
@@ -44,7 +44,7 @@ def test_export_beir_writes_corpus_queries_and_the_evaluated_qrels(cli, tmp_path
 
 def test_trec_run_gets_a_run_card(cli, java, tmp_path):  # noqa: F811
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     w = ("--workspace", str(root))
     cli(*w, "bm25", "index", "--threads", "1")
     trec = tmp_path / "bm25-toy.trec"

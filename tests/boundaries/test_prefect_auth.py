@@ -16,7 +16,7 @@ import pytest
 from odqa.flows.backend.auth import AUTH_FILE
 from odqa.flows.backend.local_server import ServerPaths, read_record, reset_server
 from tests.ops.cli_process import cli_env, odqa
-from tests.ops.test_cli_terminal import PASSAGES, write_passages
+from tests.ops.input_files import PASSAGES, write_passages
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

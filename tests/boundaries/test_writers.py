@@ -125,10 +125,10 @@ def test_lock_names_its_holder_waits_and_reclaims_a_dead_ones(tmp_path: Path) ->
 
 
 def test_second_training_of_a_model_id_is_refused(cli, tiny_checkpoint: str, tmp_path: Path) -> None:
-    from tests.models.test_training_flow import _fill_workspace
+    from tests.models.filled_workspace import fill_workspace
 
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     args = ["train", "--arch", "dpr", "--base", tiny_checkpoint, "--train", "toy:train", "--model-id", "same",
             "--max-steps", "2", "--batch-size", "3"]  # fmt: skip
     first = _odqa(root, *args)

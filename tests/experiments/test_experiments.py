@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from odqa.storage import Workspace
-from tests.ops.test_artifacts import _latest  # the newest artifact of a key, through the REST API
+from tests.ops.prefect_artifacts import latest_artifact
 
 BUDGET = ["--train", "trex:train", "--evaluate", "trex:test", "--max-steps", "1", "--batch-size", "4"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -45,11 +45,11 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
 
     plot = ws.plots_dir / "experiment-dual-encoders.png"
     assert f"plot: {plot}" in out and plot.read_bytes().startswith(PNG)
-    table = asyncio.run(_latest("experiment-dual-encoders"))
+    table = asyncio.run(latest_artifact("experiment-dual-encoders"))
     assert table["type"] == "table" and all(label in str(table["data"]) for label in labels)
-    tests = asyncio.run(_latest("experiment-dual-encoders-tests"))
+    tests = asyncio.run(latest_artifact("experiment-dual-encoders-tests"))
     assert tests["type"] == "table" and "p_bonferroni" in str(tests["data"])
-    links = asyncio.run(_latest("experiment-dual-encoders-plots"))
+    links = asyncio.run(latest_artifact("experiment-dual-encoders-plots"))
     assert f"![{plot.name}](data:image/png;base64," in links["data"]  # the plot itself, shown in the UI
 
     rows = ws.sql("SELECT \"group\", metric, value FROM metrics WHERE run = 'experiment:dual-encoders' "
@@ -86,4 +86,4 @@ def test_taser_experiment_sets_taser_beside_dpr_bm25_and_the_hybrids(cli, sample
                     "AND metric = 'R@20'")  # fmt: skip
     assert stored["value"].to_pylist() == bm25["value"].to_pylist()
     assert (ws.plots_dir / "experiment-taser.png").read_bytes().startswith(PNG)
-    assert asyncio.run(_latest("experiment-taser"))["type"] == "table"
+    assert asyncio.run(latest_artifact("experiment-taser"))["type"] == "table"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bz2
-import importlib.util
 import os
 import signal
 import subprocess
@@ -19,13 +18,6 @@ from tests.conftest import REPO_ROOT, SAMPLE_DIR
 
 SAMPLE_DUMP = SAMPLE_DIR / "wiki" / "enwiki-sample-pages-articles.xml.bz2"
 MARKUP = ("{{", "}}", "[[", "]]", "<ref", "thumb|", "Category:", "&nbsp;")
-
-
-def _load_synthetic_dump():
-    spec = importlib.util.spec_from_file_location("synthetic_dump", REPO_ROOT / "benchmarks" / "synthetic_dump.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _sorted_rows(ws: Workspace, table: str, keys: list[str]) -> list[dict]:
@@ -79,9 +71,10 @@ def test_truncated_dump_fails_clearly_and_keeps_earlier_output(tmp_path: Path) -
 
 def test_killed_ingest_resumes_to_identical_rows(tmp_path: Path) -> None:
     """SIGKILL an ingest once some chunks are staged; the re-run equals an uninterrupted run."""
-    synthetic = _load_synthetic_dump()
     xml = tmp_path / "big.xml"
-    synthetic.write_repeated(SAMPLE_DUMP, xml, target_bytes=3_000_000)
+    grow = [sys.executable, REPO_ROOT / "benchmarks" / "synthetic_dump.py", SAMPLE_DUMP, xml]
+    grown = subprocess.run([*grow, "--target-bytes", "3000000"], capture_output=True, text=True)
+    assert grown.returncode == 0, grown.stderr
     dump = tmp_path / "big.xml.bz2"
     dump.write_bytes(bz2.compress(xml.read_bytes(), 1))
     killed_ws, clean_ws = tmp_path / "killed", tmp_path / "clean"

@@ -14,7 +14,7 @@ import pytest
 
 from odqa.models.retriever import load_retriever
 from odqa.storage import Workspace
-from tests.models.test_training_flow import _fill_workspace
+from tests.models.filled_workspace import fill_workspace
 
 pytest.importorskip("sentence_transformers")
 
@@ -65,7 +65,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_exported_models_give_odqa_vectors_without_odqa(cli, tiny_checkpoint, tmp_path):
     """SDE (one encoder), ADE (two towers) and TASER Det-R (expert routes), each trained 2 steps."""
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     layouts = {"sde": "single", "ade": "router", "taser": "router"}
     folders: dict[str, list[str]] = {}
     for arch, layout in layouts.items():
@@ -96,7 +96,7 @@ def test_exported_models_give_odqa_vectors_without_odqa(cli, tiny_checkpoint, tm
 
 def test_desire_me_export_is_refused_with_the_reason(cli, tiny_checkpoint, tmp_path):
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     common = ["--workspace", str(root), "train", "--train", "toy:train", "--max-steps", "1", "--batch-size", "3"]
     cli(*common, "--arch", "sde", "--base", tiny_checkpoint, "--model-id", "base")
     cli(*common, "--arch", "desire-me", "--base", "base", "--model-id", "dme")

@@ -9,59 +9,14 @@ import pytest
 
 from odqa.models.retriever import load_retriever
 from odqa.storage import Workspace
+from tests.models.filled_workspace import fill_workspace
 
-from .conftest import TOY_DOMAINS, TOY_FACTS
-
-
-def _fill_workspace(root: Path, negatives: bool = True) -> None:
-    passages, questions = [], []
-    for index, (question, answer, title, text) in enumerate(TOY_FACTS):
-        passages.append(
-            {"passage_id": f"p{index}", "article_id": index, "title": title, "text": text, "position": 0}
-        )
-        passages.append(
-            {
-                "passage_id": f"n{index}",
-                "article_id": 100 + index,
-                "title": "Filler",
-                # without stored negatives, BM25 must find this one: it repeats the question, not the answer
-                "text": f"An unrelated passage number {index}." + ("" if negatives else f" It asks: {question}"),
-                "position": 0,
-            }
-        )
-        questions.append(
-            {
-                "question_id": f"toy-{index}",
-                "dataset": "toy",
-                "split": "train" if index < 6 else "dev",
-                "question": question,
-                "answers": [answer],
-                "positive_ids": [f"p{index}"],
-                "hard_negative_ids": [f"n{index}", "missing-passage"] if negatives else [],
-                "domains": [TOY_DOMAINS[index]],
-            }
-        )
-    questions.append(
-        {
-            "question_id": "toy-x",
-            "dataset": "toy",
-            "split": "train",
-            "question": "Orphan?",
-            "answers": ["x"],
-            "positive_ids": ["nowhere"],
-            "hard_negative_ids": [],
-            "domains": [],
-        }
-    )
-    ws = Workspace.resolve(root)
-    with ws.transaction("toy-data") as tx:
-        tx.write("passages", passages, source="toy")
-        tx.write("questions", questions, source="toy")
+from .conftest import TOY_FACTS
 
 
 def test_train_registers_model_and_reruns_as_noop(cli, tiny_checkpoint, tmp_path):
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     args = [
         "--workspace",
         str(root),
@@ -134,7 +89,7 @@ def test_hard_negatives_asked_for_are_built_with_bm25_or_refused(cli, tiny_check
     from odqa.storage.passages import require_passages
 
     root = tmp_path / "ws"
-    _fill_workspace(root, negatives=False)
+    fill_workspace(root, negatives=False)
     args = ["--workspace", str(root), "train", "--arch", "sde", "--base", tiny_checkpoint, "--train", "toy:train",
             "--model-id", "sde-toy", "--max-steps", "1", "--batch-size", "3"]  # fmt: skip
     refused = cli(*args, ok=False)
@@ -156,7 +111,7 @@ def test_hard_negatives_asked_for_are_built_with_bm25_or_refused(cli, tiny_check
 
 def test_desire_me_on_a_registered_model_uses_question_domains(cli, tiny_checkpoint, tmp_path):
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     common = [
         "--workspace",
         str(root),
@@ -189,7 +144,7 @@ def test_desire_me_on_a_registered_model_uses_question_domains(cli, tiny_checkpo
 )
 def test_bad_training_input_gives_a_clear_error(cli, tiny_checkpoint, tmp_path, extra, message):
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     result = cli(
         "--workspace",
         str(root),
@@ -218,7 +173,7 @@ def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_ch
     from odqa.flows.stages.train import train_flow
 
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     monkeypatch.setenv("ODQA_PROGRESS", "log")
     monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -235,7 +190,7 @@ def test_torchrun_ranks_report_progress_to_the_flow_run(prefect_harness, tiny_ch
 
 def test_speed_options_reach_the_trainer_snapshots_and_costs_are_kept(cli, tiny_checkpoint, tmp_path):
     root = tmp_path / "ws"
-    _fill_workspace(root)
+    fill_workspace(root)
     common = ["--workspace", str(root), "train", "--arch", "sde", "--base", tiny_checkpoint, "--train", "toy:train",
               "--model-id", "fast", "--max-steps", "2", "--batch-size", "3", "--amp", "none"]  # fmt: skip
     snapshots = tmp_path / "snapshots"

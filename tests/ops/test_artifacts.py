@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import flow
 
 from odqa.flows.plumbing.artifacts import artifact_key, publish_evaluation, publish_table
+from tests.ops.prefect_artifacts import latest_artifact
 
 
 def test_keys_are_valid_prefect_artifact_keys() -> None:
@@ -17,21 +18,6 @@ def test_keys_are_valid_prefect_artifact_keys() -> None:
 
 def test_outside_a_flow_run_nothing_is_published() -> None:
     assert not publish_table("x", "y", [{"a": 1}])
-
-
-async def _latest(key: str) -> dict:
-    """The newest artifact with `key`, read through the REST API (a full filter body: the server's
-    FastAPI refuses the nulls prefect's own `Artifact.get` sends)."""
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        response = await client._client.post(
-            "/artifacts/filter",
-            json={"artifacts": {"key": {"any_": [key]}}, "limit": 1, "offset": 0, "sort": "UPDATED_DESC"},
-        )
-        response.raise_for_status()
-        found = response.json()
-        return found[0] if found else {}
 
 
 def test_evaluation_metrics_and_embedded_plots_are_published(prefect_harness, tmp_path: Path) -> None:
@@ -55,9 +41,9 @@ def test_evaluation_metrics_and_embedded_plots_are_published(prefect_harness, tm
         return publish_evaluation("bm25-demo", str(plot), rows)
 
     assert evaluate_like()
-    table = asyncio.run(_latest("evaluation-bm25-demo"))
+    table = asyncio.run(latest_artifact("evaluation-bm25-demo"))
     assert table["type"] == "table" and "0.9123" in str(table["data"]) and "R@20" in str(table["data"])
-    shown = asyncio.run(_latest("evaluation-bm25-demo-plots"))
+    shown = asyncio.run(latest_artifact("evaluation-bm25-demo-plots"))
     embedded = f"![recall-bm25.png](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})"
     assert shown["type"] == "markdown" and embedded in shown["data"] and str(plot.resolve()) in shown["data"]
     assert "file://" not in shown["data"]

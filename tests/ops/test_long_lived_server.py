@@ -19,7 +19,7 @@ from pathlib import Path
 
 from odqa.flows.backend.local_server import is_prefect_server, read_record, reset_server
 from tests.ops.cli_process import REPO_ROOT, cli_env, odqa
-from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
+from tests.ops.input_files import PASSAGES, write_passages, write_questions
 
 SLEEPER = """
 import time

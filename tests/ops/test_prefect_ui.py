@@ -17,7 +17,7 @@ import yaml
 from odqa.flows.plumbing.deployment_forms import typed_field, typed_form
 from odqa.flows.plumbing.server import POOL, REPO_ROOT, prefect, prefect_env
 from tests.browser import ARTIFACTS, headless_chromium
-from tests.ops.test_cli_terminal import PASSAGES, write_passages, write_questions
+from tests.ops.input_files import PASSAGES, write_passages, write_questions
 
 UI_TIMEOUT_S = 90
 

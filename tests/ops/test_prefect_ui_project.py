@@ -23,7 +23,7 @@ import pytest
 from odqa.flows.plumbing.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.experiments.tiny_encoder import write_tiny_encoder
-from tests.ops.test_cli_terminal import PASSAGES, write_passages
+from tests.ops.input_files import PASSAGES, write_passages
 
 UI_TIMEOUT_S = 60
 RUN_TIMEOUT_S = 240

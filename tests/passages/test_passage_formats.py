@@ -8,13 +8,7 @@ import pyarrow as pa
 import pytest
 
 from odqa.pipelines.passage_formats import PassageFormatError, read_beir_corpus, read_dpr_tsv, write_dpr_tsv
-
-DPR_TSV = (
-    'id\ttext\ttitle\n'
-    '1\t"Aaron Aaron ( or ; ""Ahärôn"") is a prophet, high priest"\tAaron\n'
-    '2\tin the Hebrew Bible and the Quran.\tAaron\n'
-    '3\tZürich is the largest city in Switzerland.\tZürich\n'
-)
+from tests.passages.dpr_sample import DPR_TSV
 
 
 def _rows(batches) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.passages.test_passage_formats import DPR_TSV
+from tests.passages.dpr_sample import DPR_TSV
 
 
 def test_import_export_round_trip_and_noop(cli, tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from odqa.service.app import create_app
-from tests.boundaries.test_service_edge import REFUSED
 from tests.serve.harness import ServiceThread
+from tests.serve.hostile_requests import REFUSED
 
 VALID = {"Where was Marie Curie born?": "Marie Curie", "Which river flows through Zurich?": "Zürich"}
 
