@@ -166,8 +166,8 @@ home = Path(sys.argv[1])
 home.mkdir(parents=True, exist_ok=True)
 with temporary_server(home, home / "server.log", label="bench") as server:
     os.environ["PREFECT_API_URL"] = server.api_url
-    from tests.ops import test_prefect_backend as load
-    asyncio.run(load._set_limit(load.STAGES * load.TASKS_PER_STAGE))
+    from tests.ops import backend_load as load
+    asyncio.run(load.set_limit(load.STAGES * load.TASKS_PER_STAGE))
     started = time.perf_counter()
     result = asyncio.run(load.forty_stages())
     seconds = time.perf_counter() - started

@@ -11,41 +11,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from prefect import flow, task
 
 from odqa.flows.backend.local_server import TemporaryServer
 
-TAG = "odqa-backend-test"
-STAGES = 40
-TASKS_PER_STAGE = 3
-
-
-@task(tags=[TAG])
-async def tagged(stage: int, part: int) -> int:
-    return stage * TASKS_PER_STAGE + part
-
-
-@flow(name="backend-stage")
-async def stage_flow(stage: int) -> int:
-    return sum(await asyncio.gather(*(tagged(stage, part) for part in range(TASKS_PER_STAGE))))
-
-
-@flow(name="backend-forty-stages")
-async def forty_stages() -> int:
-    """The 40 subflows run concurrently: the writes of their task runs, states and slots race."""
-    return sum(await asyncio.gather(*(stage_flow(i) for i in range(STAGES))))
+from .backend_load import STAGES, TASKS_PER_STAGE, forty_stages, set_limit
 
 
 def _require_postgres(server: TemporaryServer) -> None:
     if server.database.kind == "sqlite":
         pytest.skip(f"PostgreSQL cannot be had here: {server.database.note}")
-
-
-async def _set_limit(slots: int) -> None:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as client:
-        await client.create_concurrency_limit(tag=TAG, concurrency_limit=slots)
 
 
 async def _runs_of(flow_name: str) -> list:
@@ -60,7 +34,7 @@ async def _runs_of(flow_name: str) -> list:
 
 def test_forty_subflows_with_tagged_tasks_leave_no_lock_errors(prefect_server: TemporaryServer) -> None:
     _require_postgres(prefect_server)
-    asyncio.run(_set_limit(STAGES * TASKS_PER_STAGE))  # every task takes and frees a slot, none waits
+    asyncio.run(set_limit(STAGES * TASKS_PER_STAGE))  # every task takes and frees a slot, none waits
     expected = sum(range(STAGES * TASKS_PER_STAGE))
     assert asyncio.run(forty_stages()) == expected
     stages = asyncio.run(_runs_of("backend-stage"))
