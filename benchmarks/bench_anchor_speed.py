@@ -55,21 +55,21 @@ def odqa_run(bench: Bench, recipe: Recipe, name: str) -> dict[str, float]:
     """`odqa train --arch sde` with the recipe: the loop's wall and CPU seconds (a fresh model id
     per call: the same id and inputs again would be a no-op)."""
     model_id = f"speed-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    bench.run("train", "--arch", "sde", "--base", minilm_dir(), "--train", bench.train_set(recipe.hard_negatives),
-              "--model-id", model_id, *recipe.train_options())  # fmt: skip
+    trained = bench.run("train", "--arch", "sde", "--base", minilm_dir(), "--train",
+                        bench.train_set(recipe.hard_negatives), "--model-id", model_id, *recipe.train_options())  # fmt: skip
     last = bench.sql(f"SELECT elapsed_s, cpu_s FROM training_log WHERE model_id = '{model_id}' "
                      "ORDER BY step DESC LIMIT 1")[0]  # fmt: skip
-    return {"wall_s": float(last["elapsed_s"]), "cpu_s": float(last["cpu_s"])}
+    return {"wall_s": float(last["elapsed_s"]), "cpu_s": float(last["cpu_s"]), "peak_mb": trained.peak_mb}
 
 
 def anchor_run(bench: Bench, recipe: Recipe, name: str) -> dict[str, float]:
     """The anchor with the recipe: its loop's wall and CPU seconds."""
     output = bench.folder / "speed" / name
-    bench.run(
+    trained = bench.run(
         *anchor_command(bench, recipe, output, bf16=recipe.amp == "bf16", snapshot_every=None), odqa=False
     )
     costs = json.loads((output / "train.json").read_text(encoding="utf-8"))
-    return {"wall_s": float(costs["elapsed_s"]), "cpu_s": float(costs["cpu_s"])}
+    return {"wall_s": float(costs["elapsed_s"]), "cpu_s": float(costs["cpu_s"]), "peak_mb": trained.peak_mb}
 
 
 def summary(runs: list[dict[str, Any]], examples: int, sides: list[str]) -> list[dict[str, Any]]:
@@ -78,7 +78,7 @@ def summary(runs: list[dict[str, Any]], examples: int, sides: list[str]) -> list
     for precision in sorted({r["precision"] for r in runs}):
         median = {side: {key: statistics.median(r[key] for r in runs if r["side"] == side
                                                 and r["precision"] == precision)
-                         for key in ("wall_s", "cpu_s")} for side in sides}  # fmt: skip
+                         for key in ("wall_s", "cpu_s", "peak_mb")} for side in sides}  # fmt: skip
         speed = {
             side: (examples / median[side]["wall_s"], examples / median[side]["cpu_s"]) for side in sides
         }
@@ -86,6 +86,7 @@ def summary(runs: list[dict[str, Any]], examples: int, sides: list[str]) -> list
         for side in sides:
             row[f"{side} examples/s"] = round(speed[side][0], 2)
             row[f"{side} examples/CPU-s"] = round(speed[side][1], 2)
+            row[f"{side} peak MB"] = round(median[side]["peak_mb"])
         for side in sides[:-1]:
             row[f"{side} / anchor, examples/s"] = round(speed[side][0] / speed[ANCHOR][0], 3)
             row[f"{side} / anchor, examples/CPU-s"] = round(speed[side][1] / speed[ANCHOR][1], 3)

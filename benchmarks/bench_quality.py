@@ -49,6 +49,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -116,6 +117,7 @@ class Measured:
     output: str
     wall_s: float
     cpu_s: float
+    peak_mb: float  # the largest resident set of the command's processes (GNU time's %M)
 
 
 class Bench:
@@ -143,7 +145,10 @@ class Bench:
             log.write(" ".join(command) + "\n")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        with tempfile.NamedTemporaryFile("r", suffix=".peak") as peak:
+            done = subprocess.run(["/usr/bin/time", "-q", "-f", "%M", "-o", peak.name, *command], capture_output=True,
+                                  text=True, cwd=ROOT)  # fmt: skip
+            peak_kb = float(peak.read().split()[-1] or 0)
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -152,7 +157,7 @@ class Bench:
                                f"{done.stderr[-4000:]}")  # fmt: skip
         if args[0] != "sql":
             print(f"  {' '.join(args[:3])} ... {wall:.0f}s wall, {cpu:.0f}s CPU", file=sys.stderr, flush=True)
-        return Measured(done.stdout + done.stderr, wall, cpu)
+        return Measured(done.stdout + done.stderr, wall, cpu, round(peak_kb / 1024, 1))
 
     def sql(self, query: str) -> list[dict[str, Any]]:
         """Rows of a read-only query over the workspace (`odqa sql --format json`: one object a line)."""

@@ -16,7 +16,15 @@ has the whole tour; `odqa.langchain` holds a LangChain retriever (extra `odqa[la
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# oneDNN, torch's CPU kernels, keeps a compiled primitive per operation shape, up to 1,024 of them.
+# Length-bucketed training (the default) and length-sorted encoding bring many shapes, and that
+# cache alone grew a CPU training process by 2-3 GB; 64 entries hold a step's shapes and were no
+# slower (benchmarks/RESULTS.md, "Bucketed training by default"). oneDNN reads this at its first
+# primitive, so it is set here, where every `odqa.*` import passes first; a value set by the user wins.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
 if TYPE_CHECKING:
     from .api.encoders import BeirRetriever, load_retriever
