@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from prefect import flow
 
+from ...models.settings import TrainSettings
 from ...storage import Workspace
 from .pipeline import EvaluationSettings, PipelineReport, QuestionSettings, TrainingSettings, odqa_pipeline
 
-DEMO_TRAINING = TrainingSettings(max_steps=10, batch_size=8, mine_count=10, mine_depth=50)
+DEMO_TRAINING = TrainingSettings(mine_count=10, mine_depth=50, settings=TrainSettings(max_steps=10, batch_size=8))
 
 
 @flow(name="odqa-demo")

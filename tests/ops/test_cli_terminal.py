@@ -202,6 +202,7 @@ def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tm
     from odqa.flows.cli.demo import run_demo
     from odqa.flows.cli.terminal import open_session
     from odqa.flows.compositions.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings
+    from odqa.models.settings import TrainSettings
     from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
     try:
@@ -212,8 +213,8 @@ def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tm
     session = open_session(ws, verbose=False)
     session.terminal.stage_lines(gap=120.0)  # what `odqa demo` sets
     try:
-        run_demo(str(ws), training=TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3,
-                                                    mine_depth=20),
+        run_demo(str(ws), training=TrainingSettings(archs=["dpr"], mine_count=3, mine_depth=20,
+                                                    settings=TrainSettings(max_steps=1, batch_size=4)),
                  questions=QuestionSettings(paq=None),
                  evaluation=EvaluationSettings(eval_sets=["trex:test"], k=20, zero_shot=False,
                                                hybrid_with=None))  # fmt: skip

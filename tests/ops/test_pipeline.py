@@ -21,10 +21,12 @@ from odqa.flows.compositions.pipeline import (
     stage_key,
 )
 from odqa.flows.plumbing.task_runners import RunnerSettings
+from odqa.models.settings import TrainSettings
 from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 from odqa.storage import Workspace
 
-TINY_TRAINING = TrainingSettings(archs=["dpr"], max_steps=1, batch_size=4, mine_count=3, mine_depth=20)
+TINY_TRAINING = TrainingSettings(archs=["dpr"], mine_count=3, mine_depth=20,
+                                 settings=TrainSettings(max_steps=1, batch_size=4))
 TINY_QUESTIONS = QuestionSettings(paq=None, imports=[])
 
 
