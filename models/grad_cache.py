@@ -30,7 +30,6 @@ from .base import Retriever
 from .buckets import Buckets
 from .config import BI_ENCODER_ARCHS
 from .data import Batch
-from .losses import duplicate_positive_mask
 
 Encode = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
@@ -104,10 +103,11 @@ def cached_forward_backward(
     amp: torch.dtype | None,
     scaler: torch.amp.GradScaler,
     accumulation_steps: int = 1,
-    mask_duplicates: bool = False,
+    exclude: torch.Tensor | None = None,
 ) -> tuple[float, dict[str, float]]:
     """One micro-batch of GradCache: same loss and (up to rounding) same gradients as
-    `trainer.forward_backward`, with the activations of one bucket alive at a time."""
+    `trainer.forward_backward`, with the activations of one bucket alive at a time. `exclude`:
+    the (question, passage) pairs that are not negatives (`losses.duplicate_positive_mask`)."""
     if not isinstance(batch.question_inputs, Buckets) or not isinstance(batch.passage_inputs, Buckets):
         raise ValueError("cached-gradient training needs both sides of the batch in length buckets")
     questions, question_states = _encode_without_graph(
@@ -117,7 +117,6 @@ def cached_forward_backward(
     after_first_pass = RandomState(device)
     questions.requires_grad_(True)
     passages.requires_grad_(True)
-    exclude = duplicate_positive_mask(batch.passage_keys, batch.positive_index) if mask_duplicates else None
     loss = loss_function(questions, passages, batch.positive_index, temperature, exclude)
     scaler.scale(loss / accumulation_steps).backward()
     _backward_by_bucket(

@@ -456,9 +456,10 @@ class Trainer:
         batch = collate(self.retriever, examples, config.hard_negatives, batch_seed, self.domains,
                         bucket_tokens=config.bucket_tokens, bucket_questions=config.grad_cache)  # fmt: skip
         if config.grad_cache:
-            return cached_forward_backward(self.retriever, batch.to(context.device), context.device,
-                                           self.loss_function, self.temperature, amp, scaler,
-                                           config.accumulation_steps, config.mask_duplicates)  # fmt: skip
+            batch = batch.to(context.device)
+            exclude = duplicate_positive_mask(batch.passage_keys, batch.positive_index) if config.mask_duplicates else None
+            return cached_forward_backward(self.retriever, batch, context.device, self.loss_function, self.temperature,
+                                           amp, scaler, config.accumulation_steps, exclude)  # fmt: skip
         return forward_backward(
             wrapped,
             batch.to(context.device),

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from odqa.storage import Workspace
+from tests.models.switched_options import switched_on
 from tests.ops.prefect_artifacts import latest_artifact
 
 BUDGET = ["--train", "trex:train", "--evaluate", "trex:test", "--max-steps", "1", "--batch-size", "4"]
@@ -26,8 +27,9 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
     # Three of the six default archs: every arch costs the same handful of flow runs here, and the
     # table, tests and plot are made the same way for any number of them.
     # The trainer's speed options reach every training of the experiment.
+    switches, recorded = switched_on()
     out = cli("-w", str(sample_copy), "experiment", "dual-encoders", "--archs", "sde,ade,taser", "--base",
-              tiny_encoder, *BUDGET, "--bucket-tokens", "64", "--grad-cache", "--mask-duplicates").output  # fmt: skip
+              tiny_encoder, *BUDGET, "--bucket-tokens", "64", *switches).output  # fmt: skip
     labels = ["SDE", "ADE", "TASER"]
     lines = _table_lines(out, labels)
     assert sorted(lines) == sorted(labels), out
@@ -41,7 +43,7 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
     assert counts["dual-encoders-ade-round1"] > 1.9 * counts["dual-encoders-sde-round1"]  # two towers vs one
     for row in ws.sql("SELECT config FROM models").to_pylist():
         training = json.loads(row["config"])["training"]
-        assert (training["bucket_tokens"], training["grad_cache"], training["mask_duplicates"]) == (64, True, True)
+        assert training["bucket_tokens"] == 64 and {name: training[name] for name in recorded} == recorded
 
     plot = ws.plots_dir / "experiment-dual-encoders.png"
     assert f"plot: {plot}" in out and plot.read_bytes().startswith(PNG)

@@ -10,6 +10,7 @@ import pytest
 from odqa.models.retriever import load_retriever
 from odqa.storage import Workspace
 from tests.models.filled_workspace import fill_workspace
+from tests.models.switched_options import switched_on
 
 from .conftest import TOY_FACTS
 
@@ -194,14 +195,15 @@ def test_speed_options_reach_the_trainer_snapshots_and_costs_are_kept(cli, tiny_
     common = ["--workspace", str(root), "train", "--arch", "sde", "--base", tiny_checkpoint, "--train", "toy:train",
               "--model-id", "fast", "--max-steps", "2", "--batch-size", "3", "--amp", "none"]  # fmt: skip
     snapshots = tmp_path / "snapshots"
-    cli(*common, "--threads", "1", "--bucket-tokens", "64", "--grad-cache", "--mask-duplicates",
+    switches, recorded = switched_on()  # every on/off option: cached gradients, masked duplicates, ...
+    cli(*common, "--threads", "1", "--bucket-tokens", "64", *switches,
         "--snapshot-every", "1", "--snapshot-dir", str(snapshots))  # fmt: skip
     assert sorted(p.name for p in snapshots.iterdir()) == ["step-0000001", "step-0000002"]
     assert json.loads((snapshots / "step-0000002" / "snapshot.json").read_text())["step"] == 2
     ws = Workspace.resolve(root)
     config = json.loads(ws.sql("SELECT config FROM models WHERE model_id = 'fast'").to_pylist()[0]["config"])
     training = config["training"]
-    assert (training["bucket_tokens"], training["grad_cache"], training["mask_duplicates"]) == (64, True, True)
+    assert training["bucket_tokens"] == 64 and {name: training[name] for name in recorded} == recorded
     assert config["cpu_s"] > 0 and config["elapsed_s"] > 0
     log = ws.sql("SELECT step, cpu_s FROM training_log WHERE model_id = 'fast' ORDER BY step").to_pylist()
     assert log[-1]["step"] == 2 and log[-1]["cpu_s"] > 0
