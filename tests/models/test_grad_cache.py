@@ -73,7 +73,7 @@ def test_grad_cache_is_refused_where_a_batch_wide_auxiliary_loss_exists(tiny_che
     with pytest.raises(ValueError, match="auxiliary loss"):
         Trainer(seq, MultiSetSampler.single(toy_examples), config)
     with pytest.raises(ValueError, match="bucket_tokens"):
-        TrainingConfig(output_dir=str(tmp_path), max_steps=1, grad_cache=True)
+        TrainingConfig(output_dir=str(tmp_path), max_steps=1, grad_cache=True, bucket_tokens=None)
 
 
 def test_training_with_grad_cache_learns(tiny_checkpoint, toy_examples, tmp_path):
