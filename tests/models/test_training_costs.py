@@ -122,15 +122,23 @@ def test_a_checkpoint_written_before_the_new_settings_still_resumes(
     tiny_checkpoint, toy_examples, tmp_path, monkeypatch
 ):
     data = MultiSetSampler.single(toy_examples)
-    first = Trainer(create_retriever("sde", tiny_checkpoint), data, _config(tmp_path, max_steps=4))
-    _make_legacy(first.train(stop_at_step=2).checkpoint_dir, amp="none")
-    resumed = Trainer(create_retriever("sde", tiny_checkpoint), data, _config(tmp_path, max_steps=4))
+    # Written before buckets existed, so without them; today's default settings continue it with
+    # the checkpoint's own (what the train flow does through `TrainSettings.continuing`).
+    first = Trainer(create_retriever("sde", tiny_checkpoint), data, _config(tmp_path, max_steps=4, bucket_tokens=None))
+    stopped = first.train(stop_at_step=2).checkpoint_dir
+    _make_legacy(stopped, amp="none")
+    now = _config(tmp_path, max_steps=4)
+    with pytest.raises(ValueError, match="different settings"):  # buckets would not continue it exactly
+        Trainer(create_retriever("sde", tiny_checkpoint), data, now).train(resume=True)
+    continuing, kept = now.continuing(json.loads((stopped / "trainer_state.json").read_text())["config"])
+    assert kept == ["bucket_tokens"] and continuing.bucket_tokens is None
+    resumed = Trainer(create_retriever("sde", tiny_checkpoint), data, continuing)
     assert resumed.train(resume=True).steps == 4
 
     # An old "auto" checkpoint computed in fp32 on CPU; where "auto" now means bf16 it cannot
     # continue exactly, and says so instead of silently mixing the two.
     monkeypatch.setattr(trainer_module, "cpu_has_bf16_units", lambda: True)
-    auto = _config(tmp_path / "auto", max_steps=4, amp="auto")
+    auto = _config(tmp_path / "auto", max_steps=4, amp="auto", bucket_tokens=None)
     stopped = Trainer(create_retriever("sde", tiny_checkpoint), data, auto).train(stop_at_step=2)
     _make_legacy(stopped.checkpoint_dir, amp="auto")
     with pytest.raises(ValueError, match="different settings"):
