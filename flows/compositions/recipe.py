@@ -407,18 +407,20 @@ def train_rounds_flow(
     mining = {"mode": mode, "depth": mine_depth, "count": mine_count, "bm25_negatives": bm25_negatives}
     sources = [questions_fingerprint(ws, s.dataset, s.split, SCHEMAS["questions"].names) for s in specs]
 
+    # Everything a round's model depends on; a change gives fresh copies and fresh rounds.
+    inputs = (model_identity(resolve_model(ws, base).path), [(s.dataset, s.split, s.weight) for s in specs], mining,
+              holdout, index_type, sources, ws.table_version("passages"))  # fmt: skip
+
     def recipe_fingerprint(earlier: bool) -> str:
-        """Everything a round's model depends on; a change gives fresh copies and fresh rounds."""
         train_args = {**retriever.fingerprint_params(FINGERPRINTED),
                       **training.fingerprint_params(FINGERPRINTED, earlier)}  # fmt: skip
-        return fingerprint(RECIPE, model_id, train_args, model_identity(resolve_model(ws, base).path),
-                           [(s.dataset, s.split, s.weight) for s in specs], mining, holdout, index_type, sources,
-                           ws.table_version("passages"))  # fmt: skip
+        return fingerprint(RECIPE, model_id, train_args, *inputs)
 
+    # A recipe whose first round was recorded under the defaults of its time goes on with them.
     now, earlier = recipe_fingerprint(False), recipe_fingerprint(True)
     first = round_stage(model_id, 1)
-    base_fp = now if current_fingerprint(ws, first, fingerprint(first, now), fingerprint(first, earlier)) == \
-        fingerprint(first, now) else earlier
+    chosen = current_fingerprint(ws, first, fingerprint(first, now), fingerprint(first, earlier))
+    base_fp = now if chosen == fingerprint(first, now) else earlier
     splits = [derive_splits_task(str(ws.root), model_id, base_fp[:8], s.dataset, s.split, s.weight, holdout, seed)
               for s in specs]  # fmt: skip
     plan = RecipePlan(ws, model_id, splits, retriever, training, mining, evaluated, sorted(set(ks or DEFAULT_KS)), k,
