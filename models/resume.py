@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..storage.atomic import atomic_write_json
-from .training_state import STATE_FILE, is_checkpoint, recover_checkpoint
+from .training_state import CHECKPOINT_DIR, STATE_FILE, is_checkpoint, recover_checkpoint
 
 RUN_FILE = "run.json"  # the stage fingerprint and parameters the checkpoint beside it belongs to
 # auto: continue when the checkpoint was written for the same parameters and data, else start
@@ -22,17 +22,21 @@ RUN_FILE = "run.json"  # the stage fingerprint and parameters the checkpoint bes
 ResumeMode = Literal["auto", "continue", "restart"]
 
 
+def _state(checkpoint: Path) -> dict[str, Any]:
+    """A training checkpoint's trainer_state.json."""
+    return json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+
+
 def checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
     """Step, total steps and write time of a training checkpoint (from its trainer_state.json)."""
-    state = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+    state = _state(checkpoint)
     total = state.get("total_steps") or state.get("config", {}).get("max_steps") or "?"
     return {"step": state["step"], "total": total, "written_at": state.get("written_at", "?")}
 
 
 def checkpoint_config(work: Path) -> dict[str, Any]:
     """The training settings the checkpoint in `work` was written with (its trainer_state.json)."""
-    state = json.loads((work / "checkpoint" / STATE_FILE).read_text(encoding="utf-8"))
-    return state.get("config", {})
+    return _state(work / CHECKPOINT_DIR).get("config", {})
 
 
 def resume_decision(
@@ -45,7 +49,7 @@ def resume_decision(
     insists on continuing (an error when it cannot); "restart" always starts over. Starting
     over empties `work`.
     """
-    checkpoint = work / "checkpoint"
+    checkpoint = work / CHECKPOINT_DIR
     run_file = work / RUN_FILE
     recover_checkpoint(checkpoint)
     why = None

@@ -53,7 +53,7 @@ from .distributed import (
 from .grad_cache import cached_forward_backward, supports_grad_cache
 from .losses import duplicate_positive_mask, objective
 from .settings import TrainSettings
-from .training_state import is_checkpoint, read_training_files, write_training_files
+from .training_state import CHECKPOINT_DIR, is_checkpoint, read_training_files, write_training_files
 
 SNAPSHOT_FILE = "snapshot.json"  # in each snapshot folder: step, elapsed_s, cpu_s, examples, precision
 
@@ -301,7 +301,7 @@ class Trainer:
         self.config = config
         self.evaluator = evaluator
         self.output_dir = Path(config.output_dir)
-        self.checkpoint_dir = self.output_dir / "checkpoint"
+        self.checkpoint_dir = self.output_dir / CHECKPOINT_DIR
         self.best_dir = self.output_dir / "best"
         self.temperature = config.temperature or (0.05 if retriever.similarity == "cosine" else 1.0)
         self.loss_function = objective(config.objective)

@@ -26,6 +26,7 @@ from .backbone import refuse_pickles
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
+CHECKPOINT_DIR = "checkpoint"  # where a training keeps its resumable checkpoint, inside its output folder
 STATE_FILE = "trainer_state.json"
 
 
