@@ -186,8 +186,7 @@ class TrainSettings(Settings):
         whose default changed since, left at its default now, keeps the value the checkpoint was
         trained with (its default then), so the training ends as it began. Returns the settings
         and the names of the fields that kept the checkpoint's value."""
-        earlier, current = self.defaults(earlier=True), self.defaults()
-        kept = {name: checkpoint_config.get(name, earlier[name]) for name in self.earlier_defaults
-                if getattr(self, name) == current[name] and checkpoint_config.get(name, earlier[name]) == earlier[name]}
-        kept = {name: value for name, value in kept.items() if value != getattr(self, name)}
+        current = self.defaults()
+        kept = {name: old for name, old in self.earlier_defaults.items()
+                if getattr(self, name) == current[name] != old and checkpoint_config.get(name, old) == old}
         return (self.model_copy(update=kept) if kept else self), sorted(kept)
