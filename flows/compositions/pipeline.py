@@ -137,6 +137,9 @@ class DomainSettings(BaseModel):
     max_depth: int | None = Field(default=None, description="Depth limit of the category walk")
 
 
+PIPELINE_BUDGET = {"max_steps": 200}  # each model's training when the settings name no budget
+
+
 class TrainingSettings(BaseModel):
     """Which retrievers to train, on what, and the mining round between; how each model trains is
     `settings`, the `train` flow's own settings (so a training option is declared once)."""
@@ -152,7 +155,7 @@ class TrainingSettings(BaseModel):
     mine_depth: int = Field(default=100, ge=1, description="Depth of the retrieval that mining looks at")
     mining_mode: str = Field(default="single-set", description="single-set (P1 u P2) or multi-set (P2 only)")
     gpus: int = Field(default=1, ge=1, description="GPUs per training run (torchrun when > 1)")
-    settings: TrainSettings = Field(default_factory=lambda: TrainSettings(max_steps=200),
+    settings: TrainSettings = Field(default_factory=lambda: TrainSettings(**PIPELINE_BUDGET),
                                     description="How every model trains: steps, batch, learning rate, precision, ...")
 
     @model_validator(mode="before")
@@ -164,11 +167,11 @@ class TrainingSettings(BaseModel):
         moved = {key: data[key] for key in data if key in TrainSettings.model_fields and key not in cls.model_fields}
         if not moved:
             return data
-        given = data.get("settings") or TrainSettings(max_steps=200)
-        base = given.model_dump(exclude_unset=True) if isinstance(given, TrainSettings) else dict(given)
-        base.setdefault("max_steps", 200)
-        rest = {key: value for key, value in data.items() if key not in moved}
-        return {**rest, "settings": {**base, **moved}}
+        given = data.get("settings") or {}
+        merged = {**(given.model_dump(exclude_unset=True) if isinstance(given, TrainSettings) else given), **moved}
+        if "max_steps" not in merged and "epochs" not in merged:
+            merged.update(PIPELINE_BUDGET)
+        return {**{key: value for key, value in data.items() if key not in moved}, "settings": merged}
 
 
 class EvaluationSettings(BaseModel):

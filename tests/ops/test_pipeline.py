@@ -71,6 +71,7 @@ def test_training_settings_saved_before_the_nested_settings_still_load() -> None
     assert TrainingSettings(batch_size=4).settings.max_steps == 200
     assert TrainingSettings(settings={"max_steps": 3}, lr=1e-3).settings.model_dump(exclude_unset=True) == {
         "max_steps": 3, "lr": 1e-3}
+    assert TrainingSettings(epochs=2).settings.model_dump(exclude_unset=True) == {"epochs": 2}
 
 
 @pytest.mark.e2e
