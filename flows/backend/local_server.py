@@ -568,17 +568,18 @@ def stamped_flow_runs() -> Iterator[None]:
         yield  # an outer block (a verb calling another in-process) stamps them already
         return
     sync_create, async_create = SyncPrefectClient.create_flow_run, PrefectClient.create_flow_run
+    stamp = f"{socket.gethostname()}:{os.getpid()}"
 
     def create(self: SyncPrefectClient, *args: Any, **kwargs: Any) -> Any:
         run = sync_create(self, *args, **kwargs)
-        run.infrastructure_pid = f"{socket.gethostname()}:{os.getpid()}"
-        self.update_flow_run(run.id, infrastructure_pid=run.infrastructure_pid)
+        run.infrastructure_pid = stamp
+        self.update_flow_run(run.id, infrastructure_pid=stamp)
         return run
 
     async def acreate(self: PrefectClient, *args: Any, **kwargs: Any) -> Any:
         run = await async_create(self, *args, **kwargs)
-        run.infrastructure_pid = f"{socket.gethostname()}:{os.getpid()}"
-        await self.update_flow_run(run.id, infrastructure_pid=run.infrastructure_pid)
+        run.infrastructure_pid = stamp
+        await self.update_flow_run(run.id, infrastructure_pid=stamp)
         return run
 
     create.odqa_stamped = True  # type: ignore[attr-defined]
@@ -657,7 +658,7 @@ def _orphaned(run, live_since: datetime | None, judge_unstamped: bool) -> bool:
     return live_since is None or (run.created is not None and run.created < live_since)
 
 
-# -- temporary servers (tests, `flows.plumbing.server.local_prefect`) -----------------------------------
+# -- temporary servers (tests, `flows.plumbing.server.local_prefect`) -------------------------
 @dataclass(frozen=True)
 class TemporaryServer:
     api_url: str
