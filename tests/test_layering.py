@@ -140,3 +140,23 @@ def test_the_check_sees_an_upward_relative_import(tmp_path: Path, monkeypatch) -
     found = [target for target, _ in _imports(copy, "odqa.storage.locks")]
     assert "odqa.flows.plumbing.console.tell" in found
     assert _floor("odqa.flows.plumbing.console")[1] > _floor("odqa.storage.locks")[1]
+
+
+def test_flows_is_laid_out_by_job_and_loads_no_module_by_name() -> None:
+    """flows/ keeps a handful of job packages at its top (stages, compositions, plumbing, backend,
+    the CLI), and only the CLI's lazy verb loading imports a module by name: the pipeline calls
+    its stage flows directly."""
+    flows = REPO_ROOT / "flows"
+    top = sorted(p.name for p in flows.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file())
+    assert len(top) <= 12, top
+    assert {"stages", "compositions", "plumbing", "backend", "cli"} <= set(top)
+    by_name = []
+    for path in flows.rglob("*.py"):
+        if path.relative_to(flows).parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import | ast.ImportFrom) else []
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            if "importlib" in names or (module or "").startswith("importlib"):
+                by_name.append(str(path.relative_to(REPO_ROOT)))
+    assert by_name == []
