@@ -64,20 +64,21 @@ def _json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def passage_id_problem(passage_id: str) -> str | None:
-    """What makes `passage_id` break the passage-id rule, or None when it follows it."""
-    if not passage_id:
+def _text_problem(text: str, max_bytes: int) -> str | None:
+    """What every id and name must not be: empty, longer than `max_bytes`, or holding whitespace
+    or a control character; None when `text` is none of these."""
+    if not text:
         return "it is empty"
-    size = len(passage_id.encode("utf-8", "surrogatepass"))
-    if size > ID_MAX_BYTES:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
         return f"it is {size:,} bytes long"
-    bad = _control_or_space(passage_id)
+    bad = _control_or_space(text)
     return f"it holds {bad}" if bad else None
 
 
 def is_passage_id(passage_id: str) -> bool:
     """Whether `passage_id` follows the passage-id rule (the stages that skip older bad rows ask this)."""
-    return isinstance(passage_id, str) and passage_id_problem(passage_id) is None
+    return isinstance(passage_id, str) and _text_problem(passage_id, ID_MAX_BYTES) is None
 
 
 def check_passage_id(value: object, where: str) -> str:
@@ -86,7 +87,7 @@ def check_passage_id(value: object, where: str) -> str:
     text = _json_scalar_id(value)
     if text is None:
         raise IdRuleError(f"{where}: the passage id is {_json_type(value)} ({_shown(value)}); {PASSAGE_ID_RULE}")
-    problem = passage_id_problem(text)
+    problem = _text_problem(text, ID_MAX_BYTES)
     if problem:
         raise IdRuleError(f"{where}: passage id {_shown(text)} is refused: {problem}; {PASSAGE_ID_RULE}")
     return text
@@ -100,16 +101,11 @@ def check_question_id(value: object, where: str) -> str:
     return text
 
 
-def name_problem(name: str) -> str | None:
+def _name_problem(name: str) -> str | None:
     """What makes `name` break the rule of model ids and run names, or None."""
-    if not name:
-        return "it is empty"
-    size = len(name.encode("utf-8", "surrogatepass"))
-    if size > NAME_MAX_BYTES:
-        return f"it is {size:,} bytes long"
-    bad = _control_or_space(name)
-    if bad:
-        return f"it holds {bad}"
+    problem = _text_problem(name, NAME_MAX_BYTES)
+    if problem:
+        return problem
     if "/" in name or "\\" in name:
         return "it holds a path separator"
     if name[0] in "-.":
@@ -118,7 +114,7 @@ def name_problem(name: str) -> str | None:
 
 
 def _check_name(name: str, what: str) -> str:
-    problem = name_problem(name)
+    problem = _name_problem(name)
     if problem:
         raise IdRuleError(f"{what} {_shown(name)} is refused: {problem}; {NAME_RULE}")
     return name

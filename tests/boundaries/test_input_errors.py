@@ -28,23 +28,17 @@ def _questions(fmt: str, path: Path) -> None:
 
 
 def test_deeply_nested_json_names_the_file_the_record_and_the_limit(tmp_path: Path) -> None:
-    array = tmp_path / "train.json"
-    array.write_text('[{"question": "q?", "answers": ["a"]}, ' + DEEP + "]")
-    with pytest.raises(ImportFormatError, match=rf"{array}: element 1 at offset 39: nested deeper than the JSON "
-                                                r"reader follows \(about [\d,]+ levels"):  # fmt: skip
-        _questions("dpr-json", array)
-    lines = tmp_path / "dev.jsonl"
-    lines.write_text('{"question": "q?", "answer": ["a"]}\n' + DEEP + "\n")
-    with pytest.raises(ImportFormatError, match=rf"{lines}:2: nested deeper"):
-        _questions("nq-open", lines)
-    squad = tmp_path / "squad.json"
-    squad.write_text('{"data": ' + DEEP + "}")
-    with pytest.raises(ImportFormatError, match=rf"{squad}: nested deeper"):
-        _questions("squad", squad)
-    qas = tmp_path / "test.qa.csv"
-    qas.write_text("q?\t" + DEEP + "\n")
-    with pytest.raises(ImportFormatError, match=rf"{qas}:1: nested deeper"):
-        _questions("dpr-qas", qas)
+    for fmt, name, content, position in [
+        ("dpr-json", "train.json", '[{"question": "q?", "answers": ["a"]}, ' + DEEP + "]", ": element 1 at offset 39"),
+        ("nq-open", "dev.jsonl", '{"question": "q?", "answer": ["a"]}\n' + DEEP + "\n", ":2"),
+        ("squad", "squad.json", '{"data": ' + DEEP + "}", ""),
+        ("dpr-qas", "test.qa.csv", "q?\t" + DEEP + "\n", ":1"),
+    ]:  # fmt: skip
+        path = tmp_path / name
+        path.write_text(content)
+        with pytest.raises(ImportFormatError, match=rf"{path}{position}: nested deeper than the JSON reader follows "
+                                                    r"\(about [\d,]+ levels"):  # fmt: skip
+            _questions(fmt, path)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "d1", "text": "x"}\n' + DEEP + "\n")
     with pytest.raises(PassageFormatError, match=rf"{corpus}:2: nested deeper"):
