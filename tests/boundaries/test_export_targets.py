@@ -145,7 +145,7 @@ def test_every_top_level_entry_odqa_makes_is_in_the_list(ws: Path, cli) -> None:
 
 def test_export_beir_refuses_the_workspace_and_replaces_only_its_own_export(cli, ws: Path, tmp_path: Path) -> None:
     beir = ("export", "beir", "toy", "train", "--force", "--out")
-    for target in (ws, tmp_path, ws / "tables", ws / "models" / "beir"):
+    for target in (ws, tmp_path, ws / "tables"):  # the workspace, a folder above it, one of its own
         _refused(cli, ws, *beir, str(target), expected=("not even with --force", str(ws)))
     out = tmp_path / "beir"
     cli("--workspace", str(ws), "export", "beir", "toy", "train", "--out", str(out))
