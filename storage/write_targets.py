@@ -133,7 +133,7 @@ def check_file_target(out: str | os.PathLike[str], workspace: Path, *, option: s
 
 @contextlib.contextmanager
 def export_folder(out: str | os.PathLike[str], workspace: Path, *, option: str, kind: str, force: bool,
-                  about: dict | None = None) -> Iterator[Path]:  # fmt: skip
+                  about: dict[str, str] | None = None) -> Iterator[Path]:  # fmt: skip
     """An empty folder to write an export of `kind` in; when the block succeeds it gets the
     export marker (with `about`) and replaces `out` (checked by `check_folder_target` before and
     again at the swap); when it fails, `out` is left as it was."""
