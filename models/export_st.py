@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-from ..storage.atomic import building_directory
+from ..storage.atomic import atomic_write_text
 from .backbone import build_encoder, quiet_transformers
 from .base import Retriever
 from .config import DESIRE_ME_ARCHS, TASER_ARCHS
@@ -44,11 +44,10 @@ class ExportRefused(ValueError):
 
 @dataclass(frozen=True)
 class ExportedModel:
-    """What was written: the folder, its layout and where plain Hugging Face encoders lie."""
+    """What was written: the folder's layout and where plain Hugging Face encoders lie in it."""
 
-    path: str
     layout: str  # "single" | "router"
-    hf_folders: dict[str, str]  # route ("query", "document" or "both") -> folder relative to path
+    hf_folders: dict[str, str]  # route ("query", "document" or "both") -> folder relative to the export
 
 
 def side_encoders(retriever: Retriever) -> dict[str, nn.Module]:
@@ -95,8 +94,9 @@ def _taser_expert_encoder(retriever: TaserRetriever, expert: int) -> nn.Module:
     return plain.eval()
 
 
-def export_sentence_transformers(retriever: Retriever, out: Path, model_name: str) -> ExportedModel:
-    """Write `retriever` to `out` as a sentence-transformers folder (atomic: temp folder, rename)."""
+def export_sentence_transformers(retriever: Retriever, folder: Path, model_name: str) -> ExportedModel:
+    """Write `retriever` into the empty `folder` as a sentence-transformers model (the caller
+    builds `folder` beside the target and swaps it in: `storage.write_targets.export_folder`)."""
     try:
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.sentence_transformer.modules import (
@@ -116,12 +116,12 @@ def export_sentence_transformers(retriever: Retriever, out: Path, model_name: st
     with tempfile.TemporaryDirectory(prefix="odqa-export-") as scratch, quiet_transformers():
         transformers: dict[str, Transformer] = {}
         for route, encoder in encoders.items():
-            folder = Path(scratch) / route
-            encoder.save_pretrained(folder, safe_serialization=True)
-            retriever.tokenizer.save_pretrained(folder)
+            saved = Path(scratch) / route
+            encoder.save_pretrained(saved, safe_serialization=True)
+            retriever.tokenizer.save_pretrained(saved)
             lengths = {"query": config.question_max_length, "document": config.passage_max_length}
             transformers[route] = Transformer(
-                str(folder),
+                str(saved),
                 max_seq_length=lengths.get(route, max(lengths.values())),
                 query_length=config.question_max_length if route in ("both", "query") else None,
                 document_length=config.passage_max_length if route in ("both", "document") else None,
@@ -144,11 +144,10 @@ def export_sentence_transformers(retriever: Retriever, out: Path, model_name: st
         if config.similarity == "cosine":
             modules.append(Normalize())
         model = SentenceTransformer(modules=modules, similarity_fn_name=config.similarity, device="cpu")
-        with building_directory(Path(out)) as staging:
-            model.save(str(staging))
-            hf_folders = _hf_folders(staging)
-            (staging / "README.md").write_text(model_card(retriever, model_name, layout, hf_folders), encoding="utf-8")
-    return ExportedModel(path=str(Path(out).resolve()), layout=layout, hf_folders=hf_folders)
+        model.save(str(folder))
+    hf_folders = _hf_folders(folder)
+    atomic_write_text(folder / "README.md", model_card(retriever, model_name, layout, hf_folders))
+    return ExportedModel(layout=layout, hf_folders=hf_folders)
 
 
 def _has_pooler_option(encoder: nn.Module) -> bool:

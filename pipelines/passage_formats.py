@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,6 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..storage.atomic import atomic_text_file
+from ..storage.ids import check_passage_id
+from .questions.jsonstream import JsonFormatError, decode_json_line
 
 DPR_TSV_HEADER = ["id", "text", "title"]
 PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]
@@ -120,8 +121,7 @@ def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = M
                 f"{path}:{number}: expected 3 tab-separated fields (id, text, title), got {len(row)}"
             )
         pid, text, title = row
-        if not pid:
-            raise PassageFormatError(f"{path}:{number}: empty passage id")
+        check_passage_id(pid, f"{path}:{number}")
         rows.append({"passage_id": pid, "article_id": None, "title": title, "text": text, "position": positions(title)})
         count += 1
         if len(rows) >= batch_size:
@@ -148,17 +148,16 @@ def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PassageFormatError(f"{path}:{line_no}: invalid JSON ({exc.msg})") from exc
+            record = decode_json_line(line, path, line_no)
+        except JsonFormatError as exc:
+            raise PassageFormatError(str(exc)) from None
         if not isinstance(record, dict) or "_id" not in record or "text" not in record:
             raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text'")
-        if not str(record["_id"]):
-            raise PassageFormatError(f"{path}:{line_no}: empty '_id'")
+        passage_id = check_passage_id(record["_id"], f"{path}:{line_no}")
         title = str(record.get("title") or "")
         rows.append(
             {
-                "passage_id": str(record["_id"]),
+                "passage_id": passage_id,
                 "article_id": None,
                 "title": title,
                 "text": str(record["text"]),

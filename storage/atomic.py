@@ -5,11 +5,16 @@ folders, release pointers, plots) goes through these helpers, so a killed proces
 the old content or the new one under a name, never a half-written file: content is written under
 a temporary sibling name (same directory, hence same filesystem), flushed to disk, then renamed
 into place with one `os.replace`.
+
+A write that finds the disk full (or the user's quota spent) is reported naming the file or
+folder being written and the space left on its file system (`DiskFullError`): the operating
+system's own error names no path when it comes from a `write`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -41,6 +46,50 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+class DiskFullError(OSError):
+    """No space (or quota) left while writing a path; the message names it and the free space."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+_FULL_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
+
+
+def _size(n: int) -> str:
+    value, unit = float(n), 0
+    while value >= 1024 and unit < 3:
+        value, unit = value / 1024, unit + 1
+    return f"{n:,} bytes" if unit == 0 else f"{value:,.1f} {('KiB', 'MiB', 'GiB')[unit - 1]}"
+
+
+def _free_space(path: Path) -> str:
+    """`N free of M` on the file system holding `path` (its nearest existing folder)."""
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return "free space unknown"
+    return f"{_size(usage.free)} free of {_size(usage.total)}"
+
+
+@contextlib.contextmanager
+def naming_full_disk(path: Path | str) -> Iterator[None]:
+    """Re-raise "no space left on device" and "disk quota exceeded" from the block as a
+    `DiskFullError` that names `path` (what the block writes) and the space left; nested, the
+    outermost names it (the export a user asked for, not its temporary file)."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in _FULL_ERRNOS:
+            raise
+        path = Path(path)
+        raise DiskFullError(error.errno, f"{path}: {_FULL_ERRNOS[error.errno]} while writing it ({_free_space(path)} "
+                                         "on its file system); free some space or write elsewhere") from error  # fmt: skip
+
+
 def _temporary_sibling(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.{kind}")
 
@@ -50,14 +99,15 @@ def atomic_file(path: Path | str) -> Iterator[IO[bytes]]:
     """A binary handle whose content appears under `path` when the block ends without error
     (streamed writers: Parquet writers, CSV, numpy); on an error nothing appears."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary_sibling(path)
     try:
-        with open(tmp, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        with naming_full_disk(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -128,8 +178,9 @@ def building_directory(target: Path) -> Iterator[Path]:
     staging = _temporary_sibling(target, f"building-{os.getpid()}")
     staging.mkdir()
     try:
-        yield staging
-        replace_directory(staging, target)
+        with naming_full_disk(target):
+            yield staging
+            replace_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from .atomic import slug
+from .ids import derived_name
 from .workspace import Workspace
 
 RECIPE = "train-rounds"
@@ -61,7 +61,7 @@ def final_stage(model_id: str) -> str:
 
 def run_name(prefix: str, dataset: str, split: str) -> str:
     """A run of `prefix` (a model, `bm25`, `<model>-hybrid`) on one question set."""
-    return slug(f"{prefix}-{dataset}-{split}", "run")
+    return derived_name(f"{prefix}-{dataset}-{split}", "run")
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def experiment_stage(name: str) -> str:
 
 def experiment_model(name: str, label: str) -> str:
     """The model id an experiment trains for one of its retrievers (an arch)."""
-    return slug(f"{name}-{label}", "model")
+    return derived_name(f"{name}-{label}", "model")
 
 
 def experiment_plot(ws: Workspace, name: str) -> Path:

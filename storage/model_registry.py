@@ -55,15 +55,16 @@ class ModelRef:
                         self.passage_key)  # fmt: skip
 
 
-def check_model_id(model_id: str) -> str:
-    """A model id names a folder under models/: a plain name."""
-    if not model_id or "/" in model_id or "\\" in model_id or model_id.startswith("."):
-        raise ValueError(f"model id {model_id!r} must be a plain name (no '/', not starting with '.')")
+def _folder_name(model_id: str) -> str:
+    """A model id as a folder name under models/. New ids follow `storage.ids.check_model_id`;
+    this only keeps any id (one an older odqa let in, too) from naming a folder elsewhere."""
+    if not model_id or "/" in model_id or "\\" in model_id or "\0" in model_id or model_id.startswith("."):
+        raise ValueError(f"model id {model_id!r} is not a folder name under models/ (no '/', not starting with '.')")
     return model_id
 
 
 def model_dir(ws: Workspace, model_id: str) -> Path:
-    return ws.models_dir / check_model_id(model_id)
+    return ws.models_dir / _folder_name(model_id)
 
 
 def model_is_registered(ws: Workspace, model_id: str) -> bool:
@@ -73,7 +74,7 @@ def model_is_registered(ws: Workspace, model_id: str) -> bool:
 
 def training_dir(ws: Workspace, model_id: str) -> Path:
     """Where the checkpoints of a training of `model_id` wait until it is registered."""
-    return ws.models_dir / TRAINING_DIR / check_model_id(model_id)
+    return ws.models_dir / TRAINING_DIR / _folder_name(model_id)
 
 
 def training_examples_file(ws: Workspace, model_id: str, role: str, dataset: str, split: str) -> Path:

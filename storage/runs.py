@@ -16,12 +16,6 @@ from .workspace import Workspace
 RUN_COLUMNS = ["question_id", "passage_id", "rank", "score"]
 
 
-def check_run_name(run: str) -> str:
-    if not run or any(c.isspace() for c in run):
-        raise ValueError(f"run name {run!r} must be non-empty and contain no whitespace (it is a TREC tag)")
-    return run
-
-
 def run_source(run: str) -> str:
     """Table source of a run's rows in `runs`."""
     return f"run:{run}"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ...storage import choices
+from ...storage import choices, ids
 from ..backend.auth import client_auth_string
 from ..backend.local_server import ServerPaths, registered_client, stamped_flow_runs
 from .prefect_api import (
@@ -211,6 +211,20 @@ MODEL_HELP = "Model id of the models table, or a Hugging Face name / model folde
 INDEX_TYPES = list(choices.INDEX_TYPES)
 RETRIEVER_CHOICES = list(choices.RETRIEVER_KINDS)
 MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
+
+
+NAME_RULE_HELP = ids.NAME_RULE[0].upper() + ids.NAME_RULE[1:] + "."
+
+
+def checked_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A `--model-id` or `--run` option's value, refused at parse time when it breaks the name rule
+    (`storage.ids`), before any server starts or work begins."""
+    if value is None:
+        return None
+    try:
+        return ids.check_model_id(value) if param.name == "model_id" else ids.check_run_name(value)
+    except ids.IdRuleError as error:
+        raise click.BadParameter(str(error)) from None
 
 
 def parse_cutoffs(value: str) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import import_group, workspace_arg
+from .groups import NAME_RULE_HELP, checked_name, import_group, workspace_arg
 from .report import echo_report
 
 QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
@@ -64,7 +64,8 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, rep
 
 @import_group.command("run")
 @click.option("--format", "fmt", type=click.Choice(["trec"]), default="trec", show_default=True)
-@click.option("--run", "run", required=True, help="Name to store the run under.")
+@click.option("--run", "run", required=True, callback=checked_name,
+              help=f"Name to store the run under. {NAME_RULE_HELP}")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.pass_context
 def import_run(ctx: click.Context, fmt: str, run: str, path: str) -> None:

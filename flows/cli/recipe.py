@@ -12,7 +12,7 @@ import click
 
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings, TrainSettings
-from .groups import INDEX_TYPES, main, parse_cutoffs, workspace_arg
+from .groups import INDEX_TYPES, NAME_RULE_HELP, checked_name, main, parse_cutoffs, workspace_arg
 from .settings_options import settings_from, settings_options
 
 RECIPE_OPTIONS = [
@@ -64,7 +64,8 @@ def echo_scores(rows: list[dict[str, Any]]) -> None:
 
 @main.command("train-rounds")
 @settings_options(RetrieverSettings, defaults={"arch": "taser"}, exclude=["base"], choices={"arch": CHECKPOINT_ARCHS})
-@click.option("--model-id", required=True, help="Name of the recipe; round r's model is MODEL_ID-round<r>.")
+@click.option("--model-id", required=True, callback=checked_name,
+              help=f"Name of the recipe; round r's model is MODEL_ID-round<r>. {NAME_RULE_HELP}")
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Trainings in all: round 1 on BM25 negatives, each later one on negatives mined by the previous.")
 @click.option("--holdout", type=click.FloatRange(min=0, max=1, max_open=True), default=0.1, show_default=True,

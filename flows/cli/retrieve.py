@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .groups import INDEX_TYPES, MODEL_HELP, RETRIEVER_CHOICES, main, workspace_arg
+from .groups import (
+    INDEX_TYPES,
+    MODEL_HELP,
+    NAME_RULE_HELP,
+    RETRIEVER_CHOICES,
+    checked_name,
+    main,
+    workspace_arg,
+)
 from .report import echo_report
 
 
@@ -12,7 +20,8 @@ from .report import echo_report
 @click.option("--retriever", type=click.Choice(RETRIEVER_CHOICES), default="bm25", show_default=True)
 @click.option("--dataset", required=True, help="Dataset whose questions are the queries.")
 @click.option("--split", required=True, help="Split of the dataset, e.g. test.")
-@click.option("--run", "run", required=True, help="Name of the run (replaces an earlier run of that name).")
+@click.option("--run", "run", required=True, callback=checked_name,
+              help=f"Name of the run (replaces an earlier run of that name). {NAME_RULE_HELP}")
 @click.option("--k", type=int, default=100, show_default=True, help="Passages per question.")
 @click.option("--k1", type=float, default=0.9, show_default=True, help="BM25 k1.")
 @click.option("--b", type=float, default=0.4, show_default=True, help="BM25 b.")
@@ -22,13 +31,14 @@ from .report import echo_report
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
 @click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True,
               help="hybrid: candidates taken from each side before fusing (TASER's K').")
-@click.option(
-    "--trec", type=click.Path(dir_okay=False), default=None, help="Also write the run as a TREC file."
-)
+@click.option("--trec", type=click.Path(dir_okay=False), default=None,
+              help="Also write the run as a TREC file (and its run card FILE.yaml); an existing file is refused "
+                   "unless --force, and one in the workspace's own folders always.")  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace an existing --trec file and its card.")
 @click.pass_context
 def retrieve(ctx: click.Context, retriever: str, dataset: str, split: str, run: str, k: int, k1: float, b: float,
              threads: int | None, model: str | None, alpha: float | None, index_type: str, depth: int,
-             trec: str | None) -> None:  # fmt: skip
+             trec: str | None, force: bool) -> None:  # fmt: skip
     """Retrieve the top K passages for every question of DATASET/SPLIT into the runs table."""
     if retriever != "bm25" and not model:
         raise click.UsageError(f"--retriever {retriever} needs --model (a model id, HF name or folder)")
@@ -36,6 +46,6 @@ def retrieve(ctx: click.Context, retriever: str, dataset: str, split: str, run: 
 
     report = retrieve_flow(dataset=dataset, split=split, run=run, retriever=retriever, k=k, model=model, alpha=alpha,
                            index_type=index_type, depth=depth, k1=k1, b=b, threads=threads, trec=trec,
-                           workspace=workspace_arg(ctx))  # fmt: skip
+                           force=force, workspace=workspace_arg(ctx))  # fmt: skip
     echo_report("retrieve", report)
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ...models.settings import RetrieverSettings, TrainSettings
-from .groups import INDEX_TYPES, main, workspace_arg
+from .groups import INDEX_TYPES, NAME_RULE_HELP, checked_name, main, workspace_arg
 from .report import echo_report
 from .settings_options import settings_from, settings_options
 
@@ -23,7 +23,8 @@ from .settings_options import settings_from, settings_options
     help="Training questions (repeatable; WEIGHT scales how often the set is drawn per epoch).",
 )
 @click.option("--dev", default=None, metavar="NAME:SPLIT", help="Dev questions for R@K model selection.")
-@click.option("--model-id", required=True, help="Name of the model folder and `models` row.")
+@click.option("--model-id", required=True, callback=checked_name,
+              help=f"Name of the model folder and `models` row. {NAME_RULE_HELP}")
 @settings_options(TrainSettings)
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="GPUs per machine (>1 runs torchrun DDP; on a CPU-only machine: that many CPU processes).")

@@ -55,8 +55,9 @@ from ...storage.experiments import (
     tune_split,
 )
 from ...storage.fingerprint import fingerprint
+from ...storage.ids import check_model_id
 from ...storage.metrics import overall_metrics
-from ...storage.model_registry import check_model_id, model_identity, model_is_registered, resolve_model
+from ...storage.model_registry import model_identity, model_is_registered, resolve_model
 from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.schemas import SCHEMAS
 from ..plumbing.console import tell
@@ -453,6 +454,7 @@ def _check(rounds: int, arch: str, specs: list[DatasetSpec], evaluated: list[tup
     if not evaluated:
         raise ValueError("give at least one evaluation set NAME:SPLIT")
     check_model_id(model_id)
+    check_model_id(round_model(model_id, rounds))  # the last round's model is named after it
     overlap = sorted({f"{s.dataset}:{s.split}" for s in specs} & {f"{n}:{s}" for n, s in evaluated})
     if overlap:
         raise ValueError(f"{overlap} is both a training and an evaluation set; evaluate on questions not trained on")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from prefect import flow, task
 
@@ -31,8 +32,16 @@ class Bm25IndexReport(Report):
     documents: int
     snapshot: str
     skipped_empty: int = 0
+    skipped_bad_ids: int = 0  # passages whose ids break the passage-id rule (let in by an older odqa)
     build_seconds: float = 0.0
     release: str | None = None
+
+    def as_figures(self) -> dict[str, Any]:
+        """The figures, without `skipped_bad_ids` when every id was fine (the usual case)."""
+        figures = super().as_figures()
+        if not self.skipped_bad_ids:
+            figures.pop("skipped_bad_ids", None)
+        return figures
 
 
 @task(name="java-preflight")
@@ -47,7 +56,8 @@ def build_bm25_task(workspace: str, passages_version: str, threads: int) -> Bm25
     path = IndexLayout.of(ws).bm25(passages_version)
     info = build_bm25_index(passage_records(ws), path, snapshot=passages_version, threads=threads)
     return Bm25IndexReport(path=str(path), documents=info.documents, snapshot=passages_version,
-                           skipped_empty=info.skipped_empty, build_seconds=info.build_seconds)  # fmt: skip
+                           skipped_empty=info.skipped_empty, skipped_bad_ids=info.skipped_bad_ids,
+                           build_seconds=info.build_seconds)  # fmt: skip
 
 
 def current_bm25(ws: Workspace, passages_version: str) -> Bm25IndexReport | None:
@@ -58,7 +68,8 @@ def current_bm25(ws: Workspace, passages_version: str) -> Bm25IndexReport | None
     except (FileNotFoundError, StaleIndexError):
         return None
     return Bm25IndexReport(path=str(path), documents=info.documents, snapshot=passages_version,
-                           skipped_empty=info.skipped_empty, build_seconds=info.build_seconds)  # fmt: skip
+                           skipped_empty=info.skipped_empty, skipped_bad_ids=info.skipped_bad_ids,
+                           build_seconds=info.build_seconds)  # fmt: skip
 
 
 def build_bm25(ws: Workspace, threads: int | None = None) -> Bm25IndexReport:

@@ -10,9 +10,10 @@ from prefect import flow
 from ...pipelines.retrieval.trec import read_trec_run
 from ...storage import Workspace
 from ...storage.fingerprint import file_sha256, fingerprint
+from ...storage.ids import check_run_name
 from ...storage.questions import questions_with_ids
 from ...storage.reports import Report
-from ...storage.runs import check_run_name, evaluation_source, run_record_stage, run_source, with_run_name
+from ...storage.runs import evaluation_source, run_record_stage, run_source, with_run_name
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
 

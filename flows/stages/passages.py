@@ -23,6 +23,7 @@ from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
 from ...storage.reports import Report
+from ...storage.write_targets import check_file_target, export_file
 from ..plumbing.skip_unchanged import finished_report
 
 READERS = {"dpr-tsv": read_dpr_tsv, "beir": read_beir_corpus}
@@ -169,11 +170,14 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
 
 
 @flow(name="export-passages")
-def export_passages_flow(out: str, fmt: str = "dpr-tsv", workspace: str | None = None) -> ExportPassagesReport:
-    """Write the passages table as DPR's psgs_w100.tsv."""
+def export_passages_flow(out: str, fmt: str = "dpr-tsv", force: bool = False,
+                         workspace: str | None = None) -> ExportPassagesReport:  # fmt: skip
+    """Write the passages table as DPR's psgs_w100.tsv at `out`: a new file, or with `force` a
+    file replaced (never one in the workspace's own folders; `storage.write_targets`)."""
     if fmt != "dpr-tsv":
         raise ValueError(f"unknown export format {fmt!r}; expected 'dpr-tsv'")
     ws = Workspace.resolve(workspace)
-    target = Path(out).expanduser().resolve()
-    count = write_dpr_tsv(ws.scan("passages", columns=PASSAGE_COLUMNS), target)
+    target = check_file_target(out, ws.root, option="OUT", force=force)
+    with export_file(target, ws.root, option="OUT", force=force) as staged:
+        count = write_dpr_tsv(ws.scan("passages", columns=PASSAGE_COLUMNS), staged)
     return ExportPassagesReport(path=str(target), passages=count)

@@ -25,9 +25,9 @@ from ...pipelines.questions.specs import DatasetSpec
 from ...storage import Workspace
 from ...storage.choices import IndexType
 from ...storage.fingerprint import fingerprint
+from ...storage.ids import check_model_id
 from ...storage.model_registry import (
     ModelRef,
-    check_model_id,
     model_is_registered,
     register_model,
     write_qsft_marker,

@@ -20,22 +20,23 @@ from prefect.cache_policies import NO_CACHE
 from ...models.searchers import RetrieverChoice, open_searcher
 from ...pipelines.dense.hybrid import DEFAULT_DEPTH
 from ...pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
-from ...pipelines.retrieval.run_cards import write_run_card
+from ...pipelines.retrieval.run_cards import run_card_path, write_run_card
 from ...pipelines.retrieval.trec import write_trec_run
 from ...pipelines.search.searcher import search_run
 from ...storage import Workspace
 from ...storage.choices import IndexType, RetrieverKind
 from ...storage.fingerprint import fingerprint
+from ...storage.ids import check_run_name
 from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.reports import Report
 from ...storage.runs import (
-    check_run_name,
     evaluation_source,
     read_run,
     run_record_stage,
     run_source,
     with_run_name,
 )
+from ...storage.write_targets import check_file_target, export_file
 from ..plumbing.runtime import flow_run_logs, stage_logger
 from ..plumbing.skip_unchanged import finished_report
 from ..plumbing.task_runners import RunnerSettings
@@ -58,15 +59,25 @@ class RetrieveReport(Report):
     trec_rows: int | None = None
 
 
-def write_trec(ws: Workspace, run: str, out: str) -> tuple[str, int]:
+def check_trec_targets(ws: Workspace, out: str, force: bool) -> Path:
+    """The TREC file `out` and its card `out.yaml` may be written (`storage.write_targets`: never
+    in the workspace's own folders, an existing file only with `force`): the TREC path, resolved."""
+    target = check_file_target(out, ws.root, option="--trec", force=force)
+    check_file_target(run_card_path(target), ws.root, option="--trec's run card", force=force)
+    return target
+
+
+def write_trec(ws: Workspace, run: str, out: str, force: bool = False) -> tuple[str, int]:
     """The run as a TREC file at `out`, with its ranxhub-style run card at `out.yaml` (from the
     run's ledger record, when it has one): (the TREC path, rows written)."""
-    target = Path(out).expanduser().resolve()
+    target = check_trec_targets(ws, out, force)
     rows = read_run(ws, run).sort_by([("question_id", "ascending"), ("rank", "ascending")])
-    written = write_trec_run(rows.to_batches(), target, tag=run)
+    with export_file(target, ws.root, option="--trec", force=force) as staged:
+        written = write_trec_run(rows.to_batches(), staged, tag=run)
     record = ws.stage_record(run_record_stage(run))
     if record is not None:
-        write_run_card(record.report, str(target))
+        with export_file(run_card_path(target), ws.root, option="--trec's run card", force=force) as staged:
+            write_run_card(record.report, str(target), staged)
     return str(target), written
 
 
@@ -112,12 +123,14 @@ def retrieve_task(ws: Workspace, rows_of_run: Iterable[pa.Table], kind: str, dat
 
 
 def retrieve(ws: Workspace, choice: RetrieverChoice, dataset: str, split: str, run: str, k: int,
-             trec: str | None = None, runner: RunnerSettings | None = None) -> RetrieveReport:  # fmt: skip
+             trec: str | None = None, runner: RunnerSettings | None = None, force: bool = False) -> RetrieveReport:  # fmt: skip
     """The retrieve stage: no-op check, run rows (BM25 in mapped batches on `runner`, if given),
-    optional TREC file."""
+    optional TREC file (replacing an existing one only with `force`)."""
     check_run_name(run)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
+    if trec:
+        check_trec_targets(ws, trec, force)  # before the run, not after it
     opened = open_searcher(ws, choice, ensure_index=ensure_dense_index)
     try:
         questions_fp = questions_fingerprint(ws, dataset, split, ["question_id", "question"])
@@ -140,7 +153,7 @@ def retrieve(ws: Workspace, choice: RetrieverChoice, dataset: str, split: str, r
     finally:
         opened.searcher.close()
     if trec:
-        report.trec, report.trec_rows = write_trec(ws, run, trec)
+        report.trec, report.trec_rows = write_trec(ws, run, trec, force)
     stage_logger().info("retrieve %s: %s", run, report)
     return report
 
@@ -160,6 +173,7 @@ def retrieve_flow(
     b: float = DEFAULT_B,
     threads: int | None = None,
     trec: str | None = None,
+    force: bool = False,
     workspace: str | None = None,
     runner: RunnerSettings | None = None,
 ) -> RetrieveReport:
@@ -178,10 +192,11 @@ def retrieve_flow(
         k1: BM25 k1.
         b: BM25 b.
         threads: BM25 search threads (default: all cores).
-        trec: Also write the run as a TREC file at this path.
+        trec: Also write the run as a TREC file at this path (and its run card at this path + .yaml).
+        force: Replace an existing TREC file (and card); never one in the workspace's own folders.
         workspace: Workspace directory (default: $ODQA_WORKSPACE, else ./workspace).
         runner: bm25: search batches of questions as tasks on this task runner (threads, processes, Dask).
     """
     choice = RetrieverChoice(kind=retriever, model=model, index_type=index_type, alpha=alpha, depth=depth,
                              k1=float(k1), b=float(b), threads=threads)  # fmt: skip
-    return retrieve(Workspace.resolve(workspace), choice, dataset, split, run, k, trec, runner)
+    return retrieve(Workspace.resolve(workspace), choice, dataset, split, run, k, trec, runner, force)

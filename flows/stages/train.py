@@ -47,10 +47,10 @@ from ...pipelines.questions.specs import DatasetSpec
 from ...storage import Workspace
 from ...storage.atomic import atomic_write_json
 from ...storage.fingerprint import fingerprint
+from ...storage.ids import check_model_id
 from ...storage.locks import writer_lock
 from ...storage.metrics import metric_order
 from ...storage.model_registry import (
-    check_model_id,
     model_dir,
     model_identity,
     model_is_registered,

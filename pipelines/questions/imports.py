@@ -45,6 +45,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...storage.ids import check_passage_id, check_question_id
 from .duck import duckdb_session, sql_string
 from .jsonstream import (
     MAX_RECORD_BYTES,
@@ -53,6 +54,8 @@ from .jsonstream import (
     iter_json_lines,
     open_binary,
     read_lines,
+    refuse_bom,
+    too_deep,
 )
 from .rows import (
     PASSAGE_SCHEMA,
@@ -120,19 +123,30 @@ def _question(value: Any, where: str) -> str:
 
 # --- dpr-json -------------------------------------------------------------------------------
 
-def _context_id(ctx: Mapping[str, Any]) -> str:
+def _context_id(ctx: Mapping[str, Any], where: str) -> str:
+    """A context's passage id (`passage_id`, else `psg_id`, else `id`), checked against the
+    passage-id rule; a context without one gets "dpr:" + a hash of its title and text."""
     for key in ("passage_id", "psg_id", "id"):
         value = ctx.get(key)
-        if value is not None and str(value) != "":
-            return str(value)
+        if value is not None and value != "":
+            return check_passage_id(value, f"{where}.{key}")
     return "dpr:" + stable_id(str(ctx.get("title", "")), str(ctx.get("text", "")))
 
 
-def _contexts(record: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+def _contexts(record: Mapping[str, Any], key: str, where: str) -> Iterator[tuple[Mapping[str, Any], str]]:
+    """(context, where it is: `element N, KEY[i]`) of each context under `key`."""
     value = record.get(key, [])
     if not isinstance(value, list) or not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in value):
         raise ImportFormatError(f"{where}: {key} must be a list of {{'title', 'text', 'passage_id'}} objects")
-    return value
+    return ((ctx, f"{where}, {key}[{i}]") for i, ctx in enumerate(value))
+
+
+def _native_id(record: Mapping[str, Any], keys: tuple[str, ...], fallback: object, where: str) -> str:
+    """A record's own id under the first of `keys` it has (a JSON string or integer), else `fallback`."""
+    for key in keys:
+        if record.get(key) is not None:
+            return check_question_id(record[key], f"{where}.{key}")
+    return str(fallback)
 
 
 def import_dpr_json(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
@@ -147,24 +161,23 @@ def import_dpr_json(path: Path, dataset: str, split: str, max_bytes: int = MAX_R
 
     def questions() -> Iterator[dict[str, Any]]:
         for where, index, record in records():
-            native = record.get("question_id", record.get("id"))
             yield question_row(
-                question_id=stable_id(dataset, split, str(native if native is not None else index)),
+                question_id=stable_id(dataset, split, _native_id(record, ("question_id", "id"), index, where)),
                 dataset=dataset,
                 split=split,
                 question=_question(record.get("question"), where),
                 answers=_answers(record.get("answers"), where),
-                positive_ids=unique_in_order(_context_id(c) for c in _contexts(record, "positive_ctxs", where)),
+                positive_ids=unique_in_order(_context_id(c, at) for c, at in _contexts(record, "positive_ctxs", where)),
                 hard_negative_ids=unique_in_order(
-                    _context_id(c) for c in _contexts(record, "hard_negative_ctxs", where)
+                    _context_id(c, at) for c, at in _contexts(record, "hard_negative_ctxs", where)
                 ),
             )
 
     def passages() -> Iterator[dict[str, Any]]:
         for where, _, record in records():
             for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
-                for ctx in _contexts(record, key, where):
-                    yield _passage(_context_id(ctx), str(ctx.get("title") or ""), ctx["text"], f"dpr-json:{path.name}")
+                for ctx, at in _contexts(record, key, where):
+                    yield _passage(_context_id(ctx, at), str(ctx.get("title") or ""), ctx["text"], f"dpr-json:{path.name}")
 
     return ImportedDataset(Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA))
 
@@ -186,9 +199,13 @@ def _literal_list(text: str, where: str) -> list[str]:
     """DPR writes answer lists as JSON or Python literals (['a', "b's"]); both are accepted."""
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise too_deep(where) from None
     except json.JSONDecodeError:
         try:
             value = ast.literal_eval(text)
+        except RecursionError:
+            raise too_deep(where) from None
         except (ValueError, SyntaxError):
             raise ImportFormatError(f"{where}: answers column is not a list literal: {text!r:.100}") from None
     return _answers(value, where)
@@ -239,9 +256,8 @@ def import_nq_open(path: Path, dataset: str, split: str, max_bytes: int = MAX_RE
             if not isinstance(record, dict):
                 raise ImportFormatError(f"{where}: expected a JSON object")
             answer = record.get("answer", record.get("answers"))
-            native = record.get("id", record.get("question_id"))
             yield question_row(
-                question_id=stable_id(dataset, split, str(native if native is not None else line_no)),
+                question_id=stable_id(dataset, split, _native_id(record, ("id", "question_id"), line_no, where)),
                 dataset=dataset,
                 split=split,
                 question=_question(record.get("question"), where),
@@ -291,7 +307,11 @@ def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tupl
         raise ImportFormatError(f"{path}: a SQuAD file is one JSON document, and this one is longer than "
                                 f"{max_bytes:,} bytes, the import limit (--max-record-bytes)")  # fmt: skip
     try:
-        data = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        refuse_bom(text, path)
+        data = json.loads(text)
+    except RecursionError:
+        raise too_deep(str(path)) from None
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ImportFormatError(f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); question files must "
@@ -310,7 +330,8 @@ def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tupl
             where = f"{path}: data[{a}].paragraphs[{p}]"
             if not isinstance(paragraph, dict) or not isinstance(paragraph.get("context"), str):
                 raise ImportFormatError(f"{where}: needs a 'context' string")
-            yield f"{dataset}:{a}-{p}", str(title).replace("_", " "), paragraph["context"], paragraph, where
+            passage_id = check_passage_id(f"{dataset}:{a}-{p}", f"{where} (named after --dataset)")
+            yield passage_id, str(title).replace("_", " "), paragraph["context"], paragraph, where
 
 
 def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
@@ -324,7 +345,7 @@ def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECO
                 if not isinstance(spans, list) or not all(isinstance(s, dict) and isinstance(s.get("text"), str) for s in spans):
                     raise ImportFormatError(f"{here}: answers must be a list of {{'text', 'answer_start'}}")
                 yield question_row(
-                    question_id=stable_id(dataset, split, str(qa.get("id", f"{passage_id}/{q}"))),
+                    question_id=stable_id(dataset, split, _native_id(qa, ("id",), f"{passage_id}/{q}", here)),
                     dataset=dataset,
                     split=split,
                     question=_question(qa.get("question"), here),
@@ -340,6 +361,11 @@ def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECO
 
 
 # --- beir -----------------------------------------------------------------------------------
+
+def _beir_passage_id(dataset: str, corpus_id: object, where: str) -> str:
+    """A BEIR corpus id as the workspace's passage id `<dataset>:<id>`; both checked by the rule."""
+    return check_passage_id(f"{dataset}:{check_passage_id(corpus_id, where)}", f"{where} (with --dataset {dataset!r})")
+
 
 def _beir_qrels(path: Path, max_bytes: int) -> Iterator[tuple[str, str, int, str]]:
     lines = read_lines(path, max_bytes)
@@ -367,17 +393,17 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
 
     def judged() -> dict[str, list[tuple[str, int]]]:
         by_query: dict[str, list[tuple[str, int]]] = {}
-        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file, max_bytes):
-            by_query.setdefault(query_id, []).append((corpus_id, score))
+        for query_id, corpus_id, score, where in _beir_qrels(qrels_file, max_bytes):
+            by_query.setdefault(query_id, []).append((_beir_passage_id(dataset, corpus_id, where), score))
         return by_query
 
     def questions() -> Iterator[dict[str, Any]]:
         by_query = judged()
         for line_no, record in iter_json_lines(folder / "queries.jsonl", max_bytes):
             where = f"{folder / 'queries.jsonl'}:{line_no}"
-            if not isinstance(record, dict) or not isinstance(record.get("_id"), (str, int)):
+            if not isinstance(record, dict) or "_id" not in record:
                 raise ImportFormatError(f"{where}: expected an object with '_id' and 'text'")
-            query_id = str(record["_id"])
+            query_id = check_question_id(record["_id"], f"{where}: _id")
             if query_id not in by_query:
                 continue
             yield question_row(
@@ -386,16 +412,16 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
                 split=split,
                 question=_question(record.get("text"), where),
                 answers=[],
-                positive_ids=[f"{dataset}:{doc}" for doc, score in by_query[query_id] if score > 0],
+                positive_ids=[passage_id for passage_id, score in by_query[query_id] if score > 0],
             )
 
     def qrels() -> Iterator[dict[str, Any]]:
-        for query_id, corpus_id, score, _ in _beir_qrels(qrels_file, max_bytes):
+        for query_id, corpus_id, score, where in _beir_qrels(qrels_file, max_bytes):
             yield {
                 "dataset": dataset,
                 "split": split,
                 "question_id": stable_id(dataset, split, query_id),
-                "passage_id": f"{dataset}:{corpus_id}",
+                "passage_id": _beir_passage_id(dataset, corpus_id, where),
                 "relevance": score,
             }
 
@@ -403,11 +429,10 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
         corpus = folder / "corpus.jsonl"
         for line_no, record in iter_json_lines(corpus, max_bytes):
             where = f"{corpus}:{line_no}"
-            if not isinstance(record, dict) or not isinstance(record.get("_id"), (str, int)) or not isinstance(
-                record.get("text"), str
-            ):
+            if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
                 raise ImportFormatError(f"{where}: expected an object with '_id', 'title' and 'text'")
-            yield _passage(f"{dataset}:{record['_id']}", str(record.get("title") or ""), record["text"], f"beir:{folder.name}")
+            passage_id = _beir_passage_id(dataset, record["_id"], f"{where}: _id")
+            yield _passage(passage_id, str(record.get("title") or ""), record["text"], f"beir:{folder.name}")
 
     return ImportedDataset(
         Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA), Batches(qrels, QREL_SCHEMA)

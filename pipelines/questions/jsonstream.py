@@ -10,6 +10,14 @@ buffered. Errors name the file, the element's ordinal and its character offset.
 
 JSON Lines files get a reader that skips blank lines and names the line of a bad record.
 
+Two things Python's `json` reports without a position are named here: a record nested deeper
+than the decoder can follow (it recurses once per level, up to the interpreter's recursion
+limit, about a thousand levels) gets its file, line or element and offset instead of "maximum
+recursion depth exceeded"; and a file that starts with a UTF-8 byte order mark is refused
+saying so. The BOM is refused rather than skipped because the loaders these formats come from
+refuse it too: DPR and BEIR read with `json.load(open(path, encoding="utf-8"))` /
+`json.loads(line)`, which stop at a BOM ("Unexpected UTF-8 BOM").
+
 Every record (a line, or an element of an array) is bounded by ``MAX_RECORD_BYTES`` (a
 caller's ``max_bytes``) while it is read, so one malformed huge record costs that much memory at
 most; bytes that are not UTF-8 are refused naming the file and the line (or character offset).
@@ -22,6 +30,7 @@ import gzip
 import io
 import itertools
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,10 +42,40 @@ _CHUNK = 1 << 20  # characters read per step; an element larger than this just t
 MAX_RECORD_BYTES = 8 << 20
 _WHITESPACE = " \t\n\r"
 _NUMBER_CHARS = "0123456789.eE+-"
+BOM = "\ufeff"
 
 
 class JsonFormatError(ValueError):
     """A JSON / JSON Lines input that does not have the expected shape, with its position."""
+
+
+def too_deep(where: str) -> JsonFormatError:
+    """The error for a record nested deeper than Python's JSON decoder follows (it recurses once
+    per level of arrays and objects, up to the interpreter's recursion limit)."""
+    return JsonFormatError(f"{where}: nested deeper than the JSON reader follows (about {sys.getrecursionlimit():,} "
+                           "levels of arrays and objects, Python's recursion limit); question and passage "
+                           "records nest a few levels: is this the right file and format?")  # fmt: skip
+
+
+def refuse_bom(text: str, path: Path) -> None:
+    """Refuse a JSON file that starts with a UTF-8 byte order mark (see the module doc for why)."""
+    if text.startswith(BOM):
+        raise JsonFormatError(f"{path}: starts with a UTF-8 byte order mark (BOM, bytes EF BB BF), which JSON "
+                              "readers refuse (Python's json.load, DPR's and BEIR's loaders); save the file as "
+                              "UTF-8 without a BOM, e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' FILE")  # fmt: skip
+
+
+def decode_json_line(line: str, path: Path, line_no: int) -> Any:
+    """The JSON value of one line of a JSON Lines file; every error names the file and line."""
+    where = f"{path}:{line_no}"
+    if line_no == 1:
+        refuse_bom(line, path)
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise too_deep(where) from None
+    except json.JSONDecodeError as exc:
+        raise JsonFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
 
 
 def open_text(path: Path) -> TextIO:
@@ -82,10 +121,7 @@ def iter_json_lines(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[t
     for line_no, line in read_lines(path, max_bytes):
         if not line.strip():
             continue
-        try:
-            yield line_no, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise JsonFormatError(f"{path}:{line_no}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        yield line_no, decode_json_line(line, path, line_no)
 
 
 def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[Any]:
@@ -127,6 +163,7 @@ def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[A
                     return ""
 
         if next_significant() != "[":
+            refuse_bom(buf[pos:], path)
             raise JsonFormatError(f"{path}: offset {consumed + pos}: expected a JSON array ('[')")
         pos += 1
         index = 0
@@ -137,6 +174,8 @@ def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[A
             while True:
                 try:
                     value, end = decoder.raw_decode(buf, pos)
+                except RecursionError:
+                    raise too_deep(f"{path}: element {index} at offset {start}") from None
                 except json.JSONDecodeError as exc:
                     if len(buf) - pos > max_bytes:
                         raise JsonFormatError(f"{path}: element {index} at offset {start}: record longer than "

@@ -27,7 +27,6 @@ passage swapped.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,9 +37,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...storage.ids import check_passage_id
 from ..progress import track
 from .duck import duckdb_session, sql_string
-from .jsonstream import JsonFormatError, open_text
+from .jsonstream import JsonFormatError, decode_json_line, open_text
 from .rows import QUESTION_SCHEMA, question_row, stable_id, table
 
 FLIPPED_SCHEMA = pa.schema(
@@ -107,11 +107,11 @@ def parse_paq_line(record: Any, where: str) -> tuple[str, list[str], list[str]]:
         raise JsonFormatError(f"{where}: 'answers' must be a list of {{'passage_id', ...}} objects")
     passage_ids: list[str] = []
     for span in spans:
-        pid = span.get("passage_id") if isinstance(span, dict) else None
-        if isinstance(pid, bool) or not isinstance(pid, (str, int)) or str(pid) == "":
+        if not isinstance(span, dict) or span.get("passage_id") in (None, ""):
             raise JsonFormatError(f"{where}: every entry of 'answers' needs a 'passage_id', got {span!r:.100}")
-        if str(pid) not in passage_ids:
-            passage_ids.append(str(pid))
+        pid = check_passage_id(span["passage_id"], f"{where}: answers")
+        if pid not in passage_ids:
+            passage_ids.append(pid)
     return question, answers, passage_ids
 
 
@@ -122,11 +122,7 @@ def _rows(path: Path, counts: Counter[str]) -> Iterator[tuple[str, str, int, lis
                 continue
             counts["lines"] += 1
             where = f"{path}:{line_no}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JsonFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            question, answers, passage_ids = parse_paq_line(record, where)
+            question, answers, passage_ids = parse_paq_line(decode_json_line(line, path, line_no), where)
             if not passage_ids:
                 counts["questions_without_passage"] += 1
                 continue

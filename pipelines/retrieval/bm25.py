@@ -26,11 +26,12 @@ import sys
 import time
 from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ...storage.atomic import process_alive, replace_directory
+from ...storage.ids import PASSAGE_ID_RULE, is_passage_id
 from ..progress import progress, track
 from .java import ensure_java
 
@@ -66,6 +67,7 @@ class IndexInfo:
     pyserini: str
     built_at: str
     build_seconds: float
+    skipped_bad_ids: int = 0  # rows an older odqa let in whose ids break the passage-id rule
 
 
 def passage_contents(title: str | None, text: str | None) -> str:
@@ -76,28 +78,29 @@ def passage_contents(title: str | None, text: str | None) -> str:
 
 def write_json_collection(
     records: Iterable[tuple[str, str | None, str | None]], folder: Path, *, files: int
-) -> int:
+) -> tuple[int, int]:
     """Write records as JsonCollection JSON-lines spread round-robin over ``files`` files.
 
-    Returns the number of records. A record whose id is empty or contains whitespace is an
-    error (Lucene ids are looked up verbatim and TREC run files split on whitespace).
+    Returns (records written, records skipped). A record whose id breaks the passage-id rule
+    (`storage.ids`: Lucene ids are looked up verbatim and TREC run files split on whitespace) is
+    skipped and counted, not an error: imports refuse such ids, and a row an older odqa let in
+    must not keep the whole workspace from being indexed.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    count = 0
+    written = skipped = 0
     with ExitStack() as stack:
         outs = [
             stack.enter_context(open(folder / f"part-{i:04d}.jsonl", "w", encoding="utf-8"))
             for i in range(max(1, files))
         ]
-        for count, (passage_id, title, text) in enumerate(
-            track(records, "BM25 collection", "passages"), start=1
-        ):
-            passage_id = str(passage_id)
-            if not passage_id or any(c.isspace() for c in passage_id):
-                raise ValueError(f"record {count}: passage id {passage_id!r} is empty or has whitespace")
+        for passage_id, title, text in track(records, "BM25 collection", "passages"):
+            if not is_passage_id(passage_id):
+                skipped += 1
+                continue
+            written += 1
             document = {"id": passage_id, "contents": passage_contents(title, text)}
-            outs[count % len(outs)].write(json.dumps(document, ensure_ascii=False) + "\n")
-    return count
+            outs[written % len(outs)].write(json.dumps(document, ensure_ascii=False) + "\n")
+    return written, skipped
 
 
 _COUNT_LINES = {name: re.compile(rf"{name}:\s+(\d+)") for name in ("indexed", "empty", "skipped", "errors")}
@@ -196,9 +199,10 @@ def build_bm25_index(
     work.mkdir()
     try:
         started = time.perf_counter()
-        written = write_json_collection(records, work / "collection", files=threads)
+        written, skipped_bad_ids = write_json_collection(records, work / "collection", files=threads)
         if written == 0:
-            raise IndexBuildError("no passages to index")
+            raise IndexBuildError(f"no passages to index ({skipped_bad_ids:,} skipped: their ids break the rule: "
+                                  f"{PASSAGE_ID_RULE})" if skipped_bad_ids else "no passages to index")  # fmt: skip
         staged = work / "index"
         log_path = work / LOG_FILE
         returncode = _run_indexer(pyserini_index_command(work / "collection", staged, threads), log_path, written)
@@ -222,6 +226,7 @@ def build_bm25_index(
             pyserini=_pyserini_version(),
             built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             build_seconds=round(time.perf_counter() - started, 3),
+            skipped_bad_ids=skipped_bad_ids,
         )
         _write_metadata(staged, info)
         shutil.move(str(log_path), staged / LOG_FILE)
@@ -245,8 +250,8 @@ def reclaim_dead_builds(index_dir: Path) -> list[Path]:
 
 
 def _write_metadata(index: Path, info: IndexInfo) -> None:
-    fields = {k: v for k, v in asdict(info).items() if k != "path"}
-    payload = {"format": INDEX_FORMAT, "contents": "title, newline, text", **fields}
+    values = {k: v for k, v in asdict(info).items() if k != "path"}
+    payload = {"format": INDEX_FORMAT, "contents": "title, newline, text", **values}
     (index / METADATA_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
@@ -258,7 +263,8 @@ def open_bm25_index(path: Path, expected_snapshot: str | None = None) -> IndexIn
         raise IndexMissingError(f"no BM25 index at {path} (missing {METADATA_FILE}); build it first")
     try:
         meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
-        info = IndexInfo(path=path, **{f: meta[f] for f in IndexInfo.__dataclass_fields__ if f != "path"})
+        info = IndexInfo(path=path, **{f.name: meta[f.name] if f.default is MISSING else meta.get(f.name, f.default)
+                                       for f in fields(IndexInfo) if f.name != "path"})  # fmt: skip
     except (ValueError, KeyError, TypeError) as error:
         raise IndexMissingError(
             f"{meta_path}: unreadable index metadata ({error}); rebuild the index"

@@ -45,8 +45,13 @@ def to_yaml(value: Any, indent: int = 0) -> str:
     return "\n".join(lines)
 
 
-def write_run_card(record: dict[str, Any], trec_path: str) -> Path:
-    """Write `<trec file>.yaml` beside the TREC file; returns its path."""
-    target = Path(f"{trec_path}.yaml")
-    atomic_write_text(target, to_yaml(run_card(record, trec_path)) + "\n")
-    return target
+def run_card_path(trec_path: Path) -> Path:
+    """Where the card of a TREC file goes: `<trec file>.yaml`, beside it."""
+    return Path(f"{trec_path}.yaml")
+
+
+def write_run_card(record: dict[str, Any], trec_path: str, out: Path) -> Path:
+    """Write the card of the TREC file at `trec_path` to `out` (its `run_card_path`, or where the
+    caller stages it); returns `out`."""
+    atomic_write_text(out, to_yaml(run_card(record, trec_path)) + "\n")
+    return out

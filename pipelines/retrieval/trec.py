@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ...storage.atomic import atomic_text_file
+from ...storage.ids import check_passage_id
 from .runs import RUN_SCHEMA
 
 
@@ -70,6 +71,7 @@ def read_trec_run(path: Path) -> pa.Table:
                     f"got {len(fields)}: {line.strip()[:200]!r}"
                 )
             qid, _, pid, rank, score, _ = fields
+            check_passage_id(pid, f"{path}:{number}")
             try:
                 int(rank)
                 value = float(score)

@@ -10,6 +10,7 @@ import pytest
 from odqa.pipelines.evaluation.answers import AnswerMatcher, has_answer
 from odqa.pipelines.retrieval.bm25 import (
     METADATA_FILE,
+    IndexBuildError,
     IndexMissingError,
     StaleIndexError,
     build_bm25_index,
@@ -107,9 +108,9 @@ def test_rebuild_replaces_index_and_leaves_no_temporaries(java: None, tmp_path: 
     info = open_bm25_index(path, "b")
     assert info.documents == len(PASSAGES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
-    # a bad record aborts the build and keeps the previous index untouched
-    with pytest.raises(ValueError, match="record 2"):
-        build_bm25_index(iter([PASSAGES[0], ("bad id", "t", "x")]), path, snapshot="c", threads=1)
+    # a failed build (nothing indexable: the one id breaks the passage-id rule) keeps the previous index
+    with pytest.raises(IndexBuildError, match=r"no passages to index \(1 skipped"):
+        build_bm25_index(iter([("bad id", "t", "x")]), path, snapshot="c", threads=1)
     assert open_bm25_index(path, "b").documents == len(PASSAGES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
 

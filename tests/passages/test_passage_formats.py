@@ -59,5 +59,5 @@ def test_beir_corpus_reads_folder_and_reports_bad_line(tmp_path: Path) -> None:
     rows = _rows(read_beir_corpus(tmp_path))
     assert [(r["passage_id"], r["title"]) for r in rows] == [("d1", "Bern"), ("2", "")]
     (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": \n', encoding="utf-8")
-    with pytest.raises(PassageFormatError, match=r"corpus.jsonl:2: invalid JSON"):
+    with pytest.raises(PassageFormatError, match=r"corpus.jsonl:2: not valid JSON"):
         list(read_beir_corpus(tmp_path))

@@ -29,5 +29,5 @@ def test_import_beir_and_bad_input_message(cli, tmp_path: Path) -> None:
     (corpus / "corpus.jsonl").write_text('{"_id": "a", "title": "T", "text": "x"}\nnot json\n', encoding="utf-8")
     result = cli("--workspace", str(ws), "import", "passages", "--format", "beir", str(corpus), ok=False)
     assert result.exit_code == 1
-    assert "corpus.jsonl:2: invalid JSON" in result.output
+    assert "corpus.jsonl:2: not valid JSON" in result.output
     assert cli("--workspace", str(ws), "sql", "SELECT count(*) AS n FROM passages", "--format", "csv").output.split() == ["n", "0"]
