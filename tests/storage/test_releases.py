@@ -11,6 +11,7 @@ from odqa.storage.index_layout import BM25_METADATA, FAISS_METADATA, IndexLayout
 from odqa.storage.releases import (
     NoReleaseError,
     ReindexBusyError,
+    ServingChange,
     current_release,
     pointer_path,
     publish,
@@ -47,7 +48,7 @@ def test_publishing_names_the_finished_builds_of_one_passages_version(workspace:
 
     _dense(workspace, "dpr", "v1", "flat", "hnsw")
     _dense(workspace, "taser", "v1", "flat")
-    second = publish(workspace, "v1", default_model="taser")
+    second = publish(workspace, "v1", change=ServingChange(default_model="taser", add_models=("dpr",)))
     assert second.published and second.previous == first.release.release
     assert [(d.model, d.model_path, sorted(d.indexes)) for d in second.release.dense] == [
         ("dpr", "/models/dpr", ["flat", "hnsw"]), ("taser", "/models/taser", ["flat"])]
@@ -66,14 +67,15 @@ def test_a_release_serving_less_is_withheld_until_its_indexes_are_built(workspac
     served = publish(workspace, "v1").release
     _bm25(workspace, "v2")  # new passages: BM25 rebuilt, the dense index not yet
     withheld = publish(workspace, "v2")
-    assert not withheld.published and withheld.withheld == ["dense model dpr"]
+    assert not withheld.published and withheld.withheld == [
+        f"dense model dpr (served by release {served.release}; drop it by name to publish without it)"]
     assert current_release(workspace) == served
     _dense(workspace, "dpr", "v2", "flat")
     done = publish(workspace, "v2")
     assert done.published and done.release.passages_version == "v2" and done.previous == served.release
-    # a re-index may publish less (it rebuilds what it was asked to)
+    # less is published only when named
     _bm25(workspace, "v3")
-    assert publish(workspace, "v3", narrower=True).published
+    assert publish(workspace, "v3", change=ServingChange(drop_models=("dpr",))).release.dropped == ["dense model dpr"]
 
 
 def test_old_releases_and_the_builds_only_they_used_are_pruned(workspace: Workspace) -> None:
