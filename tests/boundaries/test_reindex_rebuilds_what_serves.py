@@ -19,24 +19,6 @@ from tests.boundaries.release_builds import (
 )
 
 
-@pytest.fixture(scope="module")
-def bm25_served(prefect_harness: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A workspace that serves BM25 only (no model trained or named): passages imported, then
-    `odqa bm25 index`. Read-only: tests copy it."""
-    from odqa.flows.stages.bm25 import bm25_index_flow
-    from odqa.flows.stages.passages import import_passages_flow
-    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
-
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"BM25 needs a JDK: {error}")
-    root = tmp_path_factory.mktemp("bm25-served")
-    import_passages_flow(fmt="dpr-tsv", path=passages_file(root, "passages.tsv"), workspace=str(root / "ws"))
-    bm25_index_flow(workspace=str(root / "ws"))
-    return root / "ws"
-
-
 def test_a_bm25_only_workspace_reindexes_without_a_model(bm25_served: Path, tmp_path: Path) -> None:
     from odqa.flows.compositions.reindex import reindex_flow
 
