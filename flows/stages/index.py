@@ -103,7 +103,8 @@ def index_build_flow(
     memory_gb: float | None = None,
 ) -> IndexBuildReport:
     """Build a FAISS index of the model's passage embeddings (encoding them first if needed, on
-    the runner if one is given: see `encode_flow`) and publish it to running searchers. The
+    the runner if one is given: see `encode_flow`) and publish it to running searchers, beside
+    what the release serves (its default model stays the default). The
     build plan (RAM, disk, time) is logged first; with `memory_gb` the index is split into parts
     that each fit the budget, or the build is refused when none can.
 
