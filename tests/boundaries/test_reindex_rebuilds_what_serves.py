@@ -51,7 +51,7 @@ def test_no_dense_is_refused_while_dense_serves_unless_the_model_is_dropped(bm25
     model = tiny_model(tmp_path / "model", seed=3)
     cli("--workspace", str(ws.root), "reindex", "--model", model)
     served = current_release(ws)
-    assert served.bm25 and served.default_model == model == served.pinned_model
+    assert served.bm25 and served.default_model == model
     new = passages_file(tmp_path, "new.tsv", NEW_PASSAGES)
     refused = cli("--workspace", str(ws.root), "reindex", "--no-dense", "--passages", new, ok=False)
     assert refused.exit_code == 1
