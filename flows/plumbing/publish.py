@@ -31,14 +31,14 @@ def publish_indexes(ws: Workspace, passages_version: str, *, change: ServingChan
 
 
 def _describe(done: Publication) -> str:
-    """`bm25 + dense dpr, taser; default dpr (pinned)`: what the release serves, models by their short names."""
+    """`bm25 + dense dpr, taser; default dpr (pinned)`: what the release serves, models by their short
+    names, with the default model when someone named it."""
     release = done.release
     if release is None:
         return "nothing"
     parts = (["bm25"] if release.bm25 else []) + (
         ["dense " + ", ".join(sorted(Path(entry.model).name for entry in release.dense))] if release.dense else [])
-    default = (f"; default {Path(release.default_model).name}{' (pinned)' if release.pinned_model else ''}"
-               if release.default_model else "")  # fmt: skip
+    default = f"; default {Path(release.pinned_model).name} (pinned)" if release.pinned_model else ""
     dropped = f"; dropped {', '.join(release.dropped)}" if release.dropped else ""
     pruned = f"; {len(done.pruned_releases)} old release(s) pruned" if done.pruned_releases else ""
     return " + ".join(parts) + default + dropped + pruned
