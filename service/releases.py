@@ -348,10 +348,16 @@ class ReleaseHolder:
         return {"status": status, "version": current.release if current else None, "pointer": self.pointer,
                 "loaded_at": current.loaded_at if current else None, "in_flight": in_flight,
                 "retiring": retiring, "swaps": self.swaps, "last_error": self.last_error,
-                "serves": self._serves(current), "withheld": last_refusal(self.ws),
-                "registered": str(self.registration.path) if self.registration is not None else None,
+                "serves": self._serves(current), "withheld": self._withheld(),
+                "registered": self.registration is not None and self.registration.path.is_file(),
                 "batching": {name: b.stats.as_dict() for name, b in
                              (("dense", current.dense), ("bm25", current.bm25)) if b is not None} if current else {}}  # fmt: skip
+
+    def _withheld(self) -> dict[str, Any] | None:
+        """The last release a publish withheld for narrowing what serves: when, its passages, what it
+        lacked and for whom (not the command line that published it: it may name local paths)."""
+        refused = last_refusal(self.ws)
+        return {key: refused[key] for key in ("at", "passages_version", "lacks")} if refused else None
 
     def _serves(self, current: LoadedRelease | None) -> dict[str, Any] | None:
         """What the service answers with and why: the release, its retrievers, the default
@@ -365,7 +371,7 @@ class ReleaseHolder:
                 "default_retriever": service.retriever if service is not None else None,
                 "model": model_display_name(current.model),
                 "model_from": None if current.model is None else (
-                    f"--model {self.model}" if self.model is not None else "the release's default model"),
+                    f"--model {model_display_name(self.model)}" if self.model is not None else "the release's default model"),
                 "default_model": model_display_name(record.default_model), "default_why": record.default_why(),
                 "pinned": {"model": model_display_name(record.pinned_model), "by": record.pinned_by}
                 if record.pinned_model else None,

@@ -46,7 +46,7 @@ def release_pin(ctx: click.Context, model: str) -> None:
     named. Publishes the current indexes again with that default; nothing is rebuilt."""
     from ...storage.releases import pin_default
 
-    done = pin_default(workspace_of(ctx), model, by=f"odqa release pin --model {model}")
+    done = pin_default(workspace_of(ctx), model, by="odqa release pin")
     release = done.release
     if done.withheld:
         raise click.ClickException(f"not pinned: the release would lack {'; '.join(done.withheld)}")

@@ -124,10 +124,9 @@ def checked_plan(ws: Workspace, *, model: str | None, bm25: bool, dense: bool, d
     """What this run rebuilds, checked before it changes anything (`flows.compositions.reindex_plan`);
     logs why each retriever is rebuilt."""
     log = stage_logger()
-    by = f"odqa reindex --model {model} ({holder})" if model else f"odqa reindex ({holder})"
     try:
         plan = plan_reindex(ws, model=model, bm25=bm25, dense=dense, drop_bm25=drop_bm25,
-                            drop_models=list(drop_models or []), by=by)  # fmt: skip
+                            drop_models=list(drop_models or []), by=f"odqa reindex ({holder})")  # fmt: skip
     except ReindexRefused as refused:
         raise ReindexRefused(f"re-index of {ws.root} refused: {refused}") from None
     for reason in plan.reasons:
