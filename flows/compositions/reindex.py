@@ -107,7 +107,7 @@ def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str) -> d
 
 def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
                    runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
-    """Encode (reusing unchanged vectors) and build the production model's index; their figures."""
+    """Encode with one model (reusing unchanged vectors) and build its index; their figures."""
     encoded = encode(ws, ref, shard_size, batch_size, "float32", "auto", runner)
     started = time.perf_counter()
     built = index_task(str(ws.root), ref, index_type, asdict(index_params(index_type)), memory_gb)
