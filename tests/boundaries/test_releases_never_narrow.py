@@ -176,3 +176,19 @@ def test_health_says_what_the_service_serves_and_why(pinned_dense: dict[str, str
         assert health["withheld"]["passages_version"] == "v-new" and health["withheld"]["lacks"] == withheld.withheld
         assert health["serves"]["release"] == release.release
     assert live_services(ws) == []
+
+
+def test_release_pin_names_a_served_model_as_the_default(pinned_dense: dict[str, str], tmp_path: Path, cli) -> None:
+    """`odqa release pin --model M` publishes the same indexes with M as the pinned default; a model
+    the release does not serve is refused; `odqa release show` says what serves and why."""
+    ws = copy_workspace(Path(pinned_dense["root"]), tmp_path / "ws")
+    before = current_release(ws)
+    refused = cli("--workspace", str(ws.root), "release", "pin", "--model", "no-such-model", ok=False)
+    assert refused.exit_code == 1 and "serves no dense index of 'no-such-model'" in refused.output
+    pinned = cli("--workspace", str(ws.root), "release", "pin", "--model", "newer").output
+    release = current_release(ws)
+    assert (release.default_model, release.pinned_model) == ("newer", "newer") and release.dense == before.dense
+    assert f"release {release.release}: default model newer (pinned by odqa release pin at " in pinned
+    shown = cli("--workspace", str(ws.root), "release", "show").output
+    assert f"default model: newer (pinned by odqa release pin at {release.created_at})" in shown
+    assert "running services: none" in shown
