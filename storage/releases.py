@@ -13,15 +13,17 @@ reader (`odqa serve`) sees the old or the new release and never a mix; a build t
 killed publishes nothing.
 
 Releases never narrow what serves. A new release keeps every retriever of the current one (BM25,
-each model's dense index) and its default model, unless the publish names the change
-(`ServingChange`: a retriever dropped by name, a model named as the new default, which is then
-pinned and carried into every later release); and it never takes from a running `odqa serve`
-(`storage.serving`) the retriever it answers with, named or not. A release that would is not
-published: `publish` says what it lacks and for whom, and records that in `indexes/refused.json`
-(the service's /health shows it) until a release is published again. Old releases are pruned (the newest `keep` stay, so searches that
-started on them finish), and so are the index builds no kept release and no current passages
-version uses. Two re-indexes never overlap: `reindex_lock` is taken for a whole re-index; a second
-one waits up to `wait_seconds` and is then refused, saying which run holds the lock since when.
+each model's dense index) and its default model, plus what the publishing command built, unless
+the publish names the change (`ServingChange`: a retriever dropped by name, a model named as the
+new default, which is then pinned and carried into every later release); and it never takes from
+a running `odqa serve` (`storage.serving`) the retriever it answers with, named or not. A release
+that would is not published: `publish` says what it lacks and for whom, and records that in
+`indexes/refused.json` (the service's /health shows it) until a release is published again.
+
+Old releases are pruned (the newest `keep` stay, so searches that started on them finish), and
+so are the index builds no kept release and no current passages version uses. Two re-indexes
+never overlap: `reindex_lock` is taken for a whole re-index; a second one waits up to
+`wait_seconds` and is then refused, saying which run holds the lock since when.
 """
 
 from __future__ import annotations
