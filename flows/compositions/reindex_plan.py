@@ -39,10 +39,6 @@ class ReindexPlan:
     change: ServingChange
     reasons: list[str]  # why each retriever is (re)built, for the run's log
 
-    @property
-    def default(self) -> str | None:
-        return self.models[0].passage_name if self.models else None
-
 
 def _served(current: Release | None, services: list[ServiceRecord]) -> tuple[list[str], dict[str, list[str]]]:
     """(who serves BM25, {dense model: who serves it}), the current release's default model first."""
