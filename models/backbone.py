@@ -116,6 +116,12 @@ def _checkpoint_file(name_or_path: str | Path, filename: str) -> Path | None:
     return Path(resolved) if resolved else None
 
 
+def checkpoint_available(name_or_path: str) -> bool:
+    """Whether a model can be loaded from here: a folder, or a hub checkpoint in the HF cache (or
+    on the hub, when online), that has its `config.json`. Checked before a run changes anything."""
+    return _checkpoint_file(name_or_path, "config.json") is not None
+
+
 def sentence_transformer_settings(folder: str | Path) -> SentenceTransformerSettings | None:
     """Pooling and normalisation declared by a sentence-transformers folder, or None.
 

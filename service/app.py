@@ -5,7 +5,10 @@
 * ``POST /search`` -- one question or a batch; k, retriever (bm25 | dense | hybrid), alpha.
   Each response names the index version (release id) that answered it.
 * ``GET /health`` -- the loaded version, in-flight requests, releases being retired, the last
-  load failure (a release that failed to load is reported here; the old one keeps serving).
+  load failure (a release that failed to load is reported here; the old one keeps serving), what
+  it serves and why (`serves`: retrievers, models, the pinned default), and a release withheld
+  because it would have narrowed what serves (`withheld`). The service registers itself in the
+  workspace while it runs (`storage.serving`), so no publish takes a retriever away from it.
 * ``GET /index`` -- model, index type, passages snapshot, built_at, version.
 * ``GET /v1/{index}/search``, ``GET /v1/{index}/doc/{docid}`` -- Anserini's and pyserini's REST
   shape (`service.rest_v1`).
@@ -43,6 +46,7 @@ from ..pipelines.search.hybrid_searcher import fused_hits
 from ..storage import Workspace
 from ..storage.choices import INDEX_TYPES, RETRIEVER_KINDS, IndexType, RetrieverKind
 from ..storage.releases import NoReleaseError
+from ..storage.serving import this_service
 from .releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
 from .rest_v1 import rest_v1_router
 from .validation import MAX_QUESTION_CHARS, checked_text
@@ -292,8 +296,10 @@ async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k:
 
 def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: RetrieverKind = "dense",
                index_type: IndexType | None = None, poll_s: float = 1.0,
-               batching: BatchSettings | None = None, body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:  # fmt: skip
-    """The service over `workspace`'s published indexes; it starts following the pointer on startup."""
+               batching: BatchSettings | None = None, body_timeout_s: float = BODY_TIMEOUT_S,
+               address: str | None = None) -> FastAPI:  # fmt: skip
+    """The service over `workspace`'s published indexes; it starts following the pointer on startup
+    and is registered in the workspace (with `address`, where it listens) while it runs."""
     if retriever not in RETRIEVER_KINDS:
         raise ValueError(f"retriever must be one of {', '.join(RETRIEVER_KINDS)}, got {retriever!r}")
     if index_type is not None and index_type not in INDEX_TYPES:
@@ -301,7 +307,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
     ws = Workspace.resolve(workspace)
     arrivals = Arrivals()
     holder = ReleaseHolder(ws, model=model, index_type=index_type, batching=batching, poll_s=poll_s,
-                           expected=arrivals)  # fmt: skip
+                           expected=arrivals, service=this_service(address, retriever, model))  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -375,7 +381,8 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        """Loaded version, in-flight requests, releases being retired, the last load failure."""
+        """Loaded version, in-flight requests, releases being retired, the last load failure, what it
+        serves and why, a release withheld for narrowing what serves."""
         return holder.health()
 
     @app.get("/index")

@@ -14,6 +14,9 @@ from a half-loaded index or freeing an index a request is still reading:
   lock, and frees the old release when its last in-flight request returns. A release that fails
   to load is logged and reported by `health()`; the service stays on the release it had. A
   failed or killed build never moves the pointer, so it changes nothing here.
+* A service's holder registers it in the workspace (`storage.serving`) with what it answers
+  with, kept up to date on every swap, so that no publish takes a retriever away from it
+  (`storage.releases`); `health()` says what it serves and why.
 
 No Prefect here: serving a request must not start a Prefect server.
 """
@@ -41,7 +44,8 @@ from ..storage import Workspace
 from ..storage.choices import IndexType, RetrieverKind
 from ..storage.model_registry import ModelRef, resolve_model
 from ..storage.passages import passages_by_id
-from ..storage.releases import DenseRelease, NoReleaseError, Release, pointer_path, read_pointer
+from ..storage.releases import DenseRelease, NoReleaseError, Release, last_refusal, pointer_path, read_pointer
+from ..storage.serving import ServiceRecord, ServiceRegistration
 
 log = logging.getLogger("odqa.serve")
 
@@ -207,8 +211,10 @@ class ReleaseHolder:
 
     def __init__(self, ws: Workspace, *, model: str | None = None, index_type: IndexType | None = None,
                  batching: BatchSettings | None = None, poll_s: float = 1.0,
-                 expected: Callable[[], int] | None = None) -> None:  # fmt: skip
+                 expected: Callable[[], int] | None = None, service: ServiceRecord | None = None) -> None:  # fmt: skip
         self.ws = ws
+        # A service registers itself while it runs (`storage.serving`); a plain holder does not.
+        self.registration = ServiceRegistration(ws, service) if service is not None else None
         self.model = model
         self.index_type = index_type
         self.batching = batching or BatchSettings()
@@ -228,7 +234,9 @@ class ReleaseHolder:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load what the pointer names now, then keep watching it in a background thread."""
+        """Register the service, load what the pointer names now, then keep watching it in a background thread."""
+        if self.registration is not None:
+            self.registration.register()
         self.check_pointer()
         self._watcher = threading.Thread(target=self._watch, name="release-watcher", daemon=True)
         self._watcher.start()
@@ -242,6 +250,8 @@ class ReleaseHolder:
             self._current, self._retiring = None, []
         for release in everything:
             release.close()
+        if self.registration is not None:
+            self.registration.unregister()
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -296,6 +306,8 @@ class ReleaseHolder:
                 if not free_now:
                     self._retiring.append(old)
         self.last_error = None
+        if self.registration is not None:
+            self.registration.update(release=fresh.release, bm25=fresh.bm25 is not None, dense_model=fresh.model)
         log.info("switched to release %s (was %s)", fresh.release, old.release if old else "none")
         if free_now:
             old.close()
@@ -336,5 +348,31 @@ class ReleaseHolder:
         return {"status": status, "version": current.release if current else None, "pointer": self.pointer,
                 "loaded_at": current.loaded_at if current else None, "in_flight": in_flight,
                 "retiring": retiring, "swaps": self.swaps, "last_error": self.last_error,
+                "serves": self._serves(current), "withheld": self._withheld(),
+                "registered": self.registration is not None and self.registration.path.is_file(),
                 "batching": {name: b.stats.as_dict() for name, b in
                              (("dense", current.dense), ("bm25", current.bm25)) if b is not None} if current else {}}  # fmt: skip
+
+    def _withheld(self) -> dict[str, Any] | None:
+        """The last release a publish withheld for narrowing what serves: when, its passages, what it
+        lacked and for whom (not the command line that published it: it may name local paths)."""
+        refused = last_refusal(self.ws)
+        return {key: refused[key] for key in ("at", "passages_version", "lacks")} if refused else None
+
+    def _serves(self, current: LoadedRelease | None) -> dict[str, Any] | None:
+        """What the service answers with and why: the release, its retrievers, the default
+        retriever, the model questions are encoded with and where that choice comes from, the
+        release's default model and whether (and by whom) it is pinned, what it dropped by name."""
+        if current is None:
+            return None
+        record = current.record
+        service = self.registration.record if self.registration is not None else None
+        return {"release": current.release, "retrievers": current.retrievers,
+                "default_retriever": service.retriever if service is not None else None,
+                "model": model_display_name(current.model),
+                "model_from": None if current.model is None else (
+                    f"--model {model_display_name(self.model)}" if self.model is not None else "the release's default model"),
+                "default_model": model_display_name(record.default_model), "default_why": record.default_why(),
+                "pinned": {"model": model_display_name(record.pinned_model), "by": record.pinned_by}
+                if record.pinned_model else None,
+                "dropped": record.dropped}  # fmt: skip

@@ -45,6 +45,6 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
         odqa_log.addHandler(handler)
     app = create_app(workspace, model=model, retriever=retriever, index_type=index_type, poll_s=poll_s,
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
-                                            encoder_workers=encoder_workers))  # fmt: skip
+                                            encoder_workers=encoder_workers), address=f"http://{host}:{port}")  # fmt: skip
     log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
     uvicorn.Server(uvicorn_config(app, host, port)).run()

@@ -10,10 +10,20 @@ current builds as a new release when they differ from the current one:
 
 `publish` writes the record, then replaces the pointer with one atomic rename, under a lock, so a
 reader (`odqa serve`) sees the old or the new release and never a mix; a build that fails or is
-killed publishes nothing. Old releases are pruned (the newest `keep` stay, so searches that
-started on them finish), and so are the index builds no kept release and no current passages
-version uses. Two re-indexes never overlap: `reindex_lock` is taken for a whole re-index; a second
-one waits up to `wait_seconds` and is then refused, saying which run holds the lock since when.
+killed publishes nothing.
+
+Releases never narrow what serves. A new release keeps every retriever of the current one (BM25,
+each model's dense index) and its default model, plus what the publishing command built, unless
+the publish names the change (`ServingChange`: a retriever dropped by name, a model named as the
+new default, which is then pinned and carried into every later release); and it never takes from
+a running `odqa serve` (`storage.serving`) the retriever it answers with, named or not. A release
+that would is not published: `publish` says what it lacks and for whom, and records that in
+`indexes/refused.json` (the service's /health shows it) until a release is published again.
+
+Old releases are pruned (the newest `keep` stay, so searches that started on them finish), and
+so are the index builds no kept release and no current passages version uses. Two re-indexes
+never overlap: `reindex_lock` is taken for a whole re-index; a second one waits up to
+`wait_seconds` and is then refused, saying which run holds the lock since when.
 """
 
 from __future__ import annotations
@@ -25,19 +35,23 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_write_json
 from .index_layout import BM25_DIR, DENSE_DIR, IndexLayout
+from .locks import this_command
+from .model_registry import resolve_model
+from .serving import ServiceRecord, live_services
 from .workspace import Workspace
 
 RELEASES_DIR = "releases"
 POINTER_FILE = "current.json"
 REINDEX_LOCK = ".reindex.lock"
 PUBLISH_LOCK = ".publish.lock"
+REFUSED_FILE = "refused.json"
 DEFAULT_KEEP = 3
 RELEASE_FORMAT = 2  # 1: the self-contained release folders of odqa before indexes were published builds
 
@@ -72,9 +86,16 @@ class Release:
     default_model: str | None
     created_at: str
     figures: dict[str, Any] = field(default_factory=dict)
+    pinned_model: str | None = None  # the default model as someone named it; kept by every later release
+    pinned_by: str | None = None  # who named it, and when
+    dropped: list[str] = field(default_factory=list)  # what this release dropped, by name, from the one before
 
     def dense_of(self, model: str) -> DenseRelease | None:
         return next((entry for entry in self.dense if model in (entry.model, entry.model_path, entry.key)), None)
+
+    def retrievers(self) -> list[str]:
+        """What it serves, as refusals name it: `bm25`, `dense model M`."""
+        return (["bm25"] if self.bm25 else []) + [f"dense model {entry.model}" for entry in self.dense]
 
     def missing_from(self, other: Release | None) -> list[str]:
         """What `other` serves that this release would not (a retriever a running service would lose)."""
@@ -85,8 +106,17 @@ class Release:
 
     def same_indexes(self, other: Release | None) -> bool:
         """Whether `other` serves exactly the same index builds (publishing again would change nothing)."""
-        return other is not None and (self.passages_version, self.bm25, self.dense, self.default_model) == (
-            other.passages_version, other.bm25, other.dense, other.default_model)
+        return other is not None and (self.passages_version, self.bm25, self.dense, self.default_model,
+                                      self.pinned_model) == (other.passages_version, other.bm25, other.dense,
+                                                             other.default_model, other.pinned_model)  # fmt: skip
+
+    def default_why(self) -> str | None:
+        """Why its default model is the default (what /health says)."""
+        if self.default_model is None:
+            return None
+        if self.pinned_model == self.default_model:
+            return f"pinned by {self.pinned_by}"
+        return "not pinned: the first dense model published, kept since (pin another: odqa release pin --model M)"
 
     def to_json(self) -> dict[str, Any]:
         return {"format": RELEASE_FORMAT, **asdict(self)}
@@ -100,7 +130,37 @@ class Release:
         dense = [DenseRelease(**entry) for entry in data.get("dense", [])]
         return cls(release=data["release"], passages_version=data["passages_version"], bm25=data.get("bm25"),
                    dense=dense, default_model=data.get("default_model"), created_at=data.get("created_at", ""),
-                   figures=dict(data.get("figures", {})))  # fmt: skip
+                   figures=dict(data.get("figures", {})), pinned_model=data.get("pinned_model"),
+                   pinned_by=data.get("pinned_by"), dropped=list(data.get("dropped", [])))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServingChange:
+    """What a publish is asked, by name, to change in what serves; nothing named: everything stays.
+
+    What the publishing command built is added (`odqa bm25 index` adds BM25, `odqa index build
+    --model M` adds M); a build lying in the workspace that nobody named is not. A model is named
+    as the user names it (id, folder, Hugging Face name) or by its index key."""
+
+    default_model: str | None = None  # added, made the default, and pinned
+    add_bm25: bool = False
+    add_models: tuple[str, ...] = ()
+    drop_bm25: bool = False
+    drop_models: tuple[str, ...] = ()
+    by: str = ""  # who asked (a command), recorded with a pin
+
+    def drops(self, entry: DenseRelease) -> bool:
+        return any(name in (entry.model, entry.model_path, entry.key) for name in self.drop_models)
+
+    def adds(self, entry: DenseRelease) -> bool:
+        return any(name in (entry.model, entry.model_path, entry.key) for name in (*self.add_models, self.default_model))
+
+    def dropped_from(self, current: Release | None) -> list[str]:
+        """What of `current` this change drops, as refusals name it."""
+        if current is None:
+            return []
+        return (["bm25"] if self.drop_bm25 and current.bm25 else []) + [
+            f"dense model {entry.model}" for entry in current.dense if self.drops(entry)]
 
 
 def releases_dir(ws: Workspace) -> Path:
@@ -132,30 +192,46 @@ def new_release_id(passages_version: str) -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S%fZ')}-{passages_version[:8]}"
 
 
-def workspace_release(ws: Workspace, passages_version: str, default_model: str | None = None,
-                      figures: dict[str, Any] | None = None) -> Release:  # fmt: skip
-    """The release of the workspace's finished builds for `passages_version` (not yet published).
+def workspace_release(ws: Workspace, passages_version: str, change: ServingChange = ServingChange(),
+                      figures: dict[str, Any] | None = None, current: Release | None = None) -> Release:  # fmt: skip
+    """The release (not yet published) to follow `current`: what `current` serves and what `change`
+    adds, as far as their builds for `passages_version` are finished, less what `change` drops;
+    the first release (`current` None) takes every finished build of that version.
 
-    The default model (what a service encodes questions with unless told otherwise) is
-    `default_model` when it has an index here, else the current release's when it still has one,
-    else the model whose index was built last."""
+    The default model (what a service encodes questions with unless told otherwise) is the one
+    `change` names (then pinned), else `current`'s pinned or default model while it has an index
+    here, else, when `current` had none, the model whose index was built last."""
     layout = IndexLayout.of(ws)
-    bm25 = f"{BM25_DIR}/{passages_version}" if layout.bm25_built(passages_version) else None
+    wants_bm25 = current is None or bool(current.bm25) or change.add_bm25
+    bm25 = (f"{BM25_DIR}/{passages_version}" if wants_bm25 and layout.bm25_built(passages_version)
+            and not change.drop_bm25 else None)  # fmt: skip
     dense, built_at = [], {}
     for build in layout.dense_builds(passages_version):
         recorded = layout.recorded_model(build.key) or {"model": build.key, "path": build.key}
         types = build.built_types()
-        dense.append(DenseRelease(model=recorded["model"], model_path=recorded["path"], key=build.key,
-                                  indexes={t: f"{DENSE_DIR}/{build.key}/{passages_version}/{t}" for t in types},
-                                  alpha=layout.tuned_alpha(build.key)))  # fmt: skip
-        built_at[recorded["model"]] = max((build.index(t) / "index.json").stat().st_mtime for t in types)
-    current = current_release(ws)
-    candidates = [default_model, current.default_model if current else None,
-                  max(built_at, key=built_at.__getitem__) if built_at else None]  # fmt: skip
-    chosen = next((m for m in candidates if m is not None and m in built_at), None)
-    return Release(release=new_release_id(passages_version), passages_version=passages_version, bm25=bm25,
-                   dense=dense, default_model=chosen,
-                   created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), figures=figures or {})  # fmt: skip
+        entry = DenseRelease(model=recorded["model"], model_path=recorded["path"], key=build.key,
+                             indexes={t: f"{DENSE_DIR}/{build.key}/{passages_version}/{t}" for t in types},
+                             alpha=layout.tuned_alpha(build.key))  # fmt: skip
+        wanted = current is None or current.dense_of(build.key) is not None or change.adds(entry)
+        if wanted and not change.drops(entry):
+            dense.append(entry)
+            built_at[entry.model] = max((build.index(t) / "index.json").stat().st_mtime for t in types)
+    release = Release(release=new_release_id(passages_version), passages_version=passages_version, bm25=bm25,
+                      dense=dense, default_model=None, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      figures=figures or {}, dropped=change.dropped_from(current))  # fmt: skip
+    if change.default_model is not None:
+        named = release.dense_of(change.default_model)
+        if named is None:
+            raise NoReleaseError(f"model {change.default_model!r} has no finished index of passages version "
+                                 f"{passages_version}: build it first (odqa index build --model ...)")  # fmt: skip
+        return replace(release, default_model=named.model, pinned_model=named.model,
+                       pinned_by=f"{change.by or this_command()} at {release.created_at}")
+    if current is not None and current.default_model is not None:
+        kept = release.dense_of(current.default_model)
+        pinned = kept is not None and current.pinned_model == current.default_model
+        return replace(release, default_model=kept.model if kept else None,
+                       pinned_model=kept.model if pinned else None, pinned_by=current.pinned_by if pinned else None)  # type: ignore[union-attr]  # fmt: skip
+    return replace(release, default_model=max(built_at, key=built_at.__getitem__) if built_at else None)
 
 
 @contextlib.contextmanager
@@ -202,41 +278,96 @@ def reindex_lock(ws: Workspace, wait_seconds: float = 0.0, holder: str = "") -> 
 
 @dataclass(frozen=True)
 class Publication:
-    """What `publish` did: the release now current, whether it is new, what it pruned."""
+    """What `publish` did: the release now current (None before the first), whether it is new,
+    what it pruned, and what a release not published would have taken away."""
 
-    release: Release
+    release: Release | None
     published: bool
     previous: str | None
     pruned_releases: list[str]
     pruned_builds: list[str]
     withheld: list[str] = field(default_factory=list)  # why a new release was not published
 
+    @property
+    def current(self) -> str | None:
+        """The id of the release serving now."""
+        return self.release.release if self.release is not None else None
 
-def publish(ws: Workspace, passages_version: str, *, default_model: str | None = None,
-            figures: dict[str, Any] | None = None, keep: int = DEFAULT_KEEP,
-            narrower: bool = False) -> Publication:  # fmt: skip
+
+def narrowing(wanted: Release, current: Release | None, services: list[ServiceRecord],
+              change: ServingChange) -> list[str]:  # fmt: skip
+    """What `wanted` would take from what serves now (see the module doc), each with whom it serves:
+    what `current` serves and `change` does not name, a default model `change` does not name, and
+    what a running service answers with, named or not. Empty: it may be published."""
+    problems = []
+    if current is not None:
+        named = change.dropped_from(current)
+        problems += [f"{lost} (served by release {current.release}; drop it by name to publish without it)"
+                     for lost in wanted.missing_from(current) if lost not in named]  # fmt: skip
+        if (current.default_model and wanted.dense and wanted.default_model != current.default_model
+                and change.default_model is None):  # fmt: skip
+            problems.append(f"default model {current.default_model} (of release {current.release}; name the new "
+                            "default: odqa reindex --model M or odqa release pin --model M)")  # fmt: skip
+    for service in services:
+        if service.bm25 and not wanted.bm25:
+            problems.append(f"bm25 (answered by {service.describe()}; stop it first)")
+        follows_default = service.model is None and bool(wanted.dense)
+        if service.dense_model and not follows_default and wanted.dense_of(service.dense_model) is None:
+            problems.append(f"dense model {service.dense_model} (answered by {service.describe()}; stop it first)")
+    return problems
+
+
+def publish(ws: Workspace, passages_version: str, *, change: ServingChange = ServingChange(),
+            figures: dict[str, Any] | None = None, keep: int = DEFAULT_KEEP) -> Publication:  # fmt: skip
     """Publish the workspace's finished builds for `passages_version` (see the module doc).
 
     Nothing changes when the current release already serves the same builds. A release that
-    would serve less than the current one (new passages with only some of its indexes rebuilt
-    yet) is withheld, so a running service never loses a retriever; a re-index, which rebuilds
-    what it is asked to, publishes it anyway (`narrower`)."""
+    would narrow what serves (`narrowing`: new passages with only some of the served indexes
+    rebuilt yet, a retriever dropped without naming it, one a running service answers with) is
+    withheld, said so in the Publication and recorded (`last_refusal`)."""
     with _file_lock(ws.indexes_dir / PUBLISH_LOCK, wait_seconds=600):
         current = current_release(ws)
-        wanted = workspace_release(ws, passages_version, default_model, figures)
+        wanted = workspace_release(ws, passages_version, change, figures, current)
         if wanted.bm25 is None and not wanted.dense:
             raise NoReleaseError(f"no finished index of passages version {passages_version} to publish in "
                                  f"{ws.indexes_dir}: build one (odqa bm25 index, odqa index build)")  # fmt: skip
         previous = current.release if current else None
         if wanted.same_indexes(current):
-            return Publication(current, False, previous, [], [])  # type: ignore[arg-type]
-        missing = wanted.missing_from(current)
-        if missing and not narrower:
-            return Publication(current, False, previous, [], [], withheld=missing)  # type: ignore[arg-type]
+            return Publication(current, False, previous, [], [])
+        withheld = narrowing(wanted, current, live_services(ws), change)
+        if withheld:
+            atomic_write_json(ws.indexes_dir / REFUSED_FILE, {
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "passages_version": passages_version,
+                "retrievers": wanted.retrievers(), "lacks": withheld, "by": change.by or this_command()})  # fmt: skip
+            return Publication(current, False, previous, [], [], withheld=withheld)
         switch_current(ws, wanted)
+        (ws.indexes_dir / REFUSED_FILE).unlink(missing_ok=True)
         pruned = prune_releases(ws, keep)
         removed = prune_builds(ws, passages_version)
     return Publication(wanted, True, previous, pruned, removed)
+
+
+def pin_default(ws: Workspace, model: str, by: str, keep: int = DEFAULT_KEEP) -> Publication:
+    """Publish the current release again with `model` (which it must serve) as its pinned default."""
+    current = current_release(ws)
+    if current is None:
+        raise NoReleaseError(f"nothing is published in {ws.root} yet: build an index first (odqa bm25 index, "
+                             "odqa index build --model M, odqa reindex --model M)")  # fmt: skip
+    entry = current.dense_of(model) or current.dense_of(resolve_model(ws, model).passage_key)
+    if entry is None:
+        served = ", ".join(entry.model for entry in current.dense) or "no dense model"
+        raise ValueError(f"release {current.release} serves no dense index of {model!r} (it serves {served}): build "
+                         f"it first (odqa index build --model {model}), then pin it")  # fmt: skip
+    return publish(ws, current.passages_version, change=ServingChange(default_model=entry.key, by=by), keep=keep)
+
+
+def last_refusal(ws: Workspace) -> dict[str, Any] | None:
+    """The last release a publish withheld since the current one was published (what it would
+    have served, what it lacked and for whom, who published, when), or None."""
+    try:
+        return json.loads((ws.indexes_dir / REFUSED_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
 
 
 def switch_current(ws: Workspace, release: Release) -> None:

@@ -23,6 +23,10 @@ os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
 # Flows in tests run against the session's server (`prefect_server`, on the project's backend),
 # never a temporary SQLite server Prefect would otherwise start for a flow run without one.
 os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
+# The session's server runs its scheduler every 2 s, not every 60 s, so a test that deploys a
+# schedule of a few seconds sees its runs fired by the scheduler within seconds
+# (tests/boundaries/test_reindex_on_schedule.py).
+os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
 # The machine's `gpu` slots are shared by every odqa process of the user; a test session (each
 # pytest-xdist worker, another checkout's suite) takes its own, so one's trainings never make
 # another's wait (tests/ops/test_concurrency_slots.py checks the sharing with a folder of its own).

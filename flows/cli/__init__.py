@@ -30,6 +30,7 @@ VERB_MODULES = [
     "mine",
     "plot",
     "reindex",
+    "release",
     "serve",
     "sql",
     "demo",

@@ -42,7 +42,7 @@ SERVERLESS_VERBS = frozenset({"sql", "serve", "index plan", "server status", "se
                               "server list"})  # fmt: skip
 # Verbs that run no flow at all, so they never look for a Prefect server (`odqa search` answers
 # question after question in this process and writes nothing).
-PREFECTLESS_VERBS = frozenset({"search"})
+PREFECTLESS_VERBS = frozenset({"search", "release show", "release pin"})
 
 
 class VerbCommand(click.Command):
@@ -199,6 +199,11 @@ def negatives_group() -> None:
 @main.group("index")
 def index_group() -> None:
     """FAISS indexes of a model's passage embeddings."""
+
+
+@main.group("release")
+def release_group() -> None:
+    """The published release that searchers serve: what it serves and why, its pinned default model."""
 
 
 @main.group("plot")

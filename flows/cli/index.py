@@ -26,7 +26,8 @@ def index_build(ctx: click.Context, model: str, index_type: str, hnsw_m: int | N
                 pq_m: int | None, shards_per_part: int | None, memory_gb: float | None, runner: str | None,
                 runner_workers: int | None, dask_address: str | None) -> None:  # fmt: skip
     """Build the index (encoding the passages first when their embeddings are missing or stale;
-    the runner options apply to that encoding). The build plan is logged first."""
+    the runner options apply to that encoding). The build plan is logged first. The model is added
+    to the published release; its default model stays (`odqa release pin --model M` changes it)."""
     from ..stages.index import index_build_flow
 
     report = index_build_flow(model=model, index_type=index_type, workspace=workspace_arg(ctx), hnsw_m=hnsw_m,

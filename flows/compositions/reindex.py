@@ -1,10 +1,12 @@
 """`odqa reindex` and the weekly re-index deployment: new passages in, fresh indexes published.
 
-A re-index ingests a new dump or a passages file, then runs the workspace's own index stages,
-`odqa bm25 index` and `odqa index build` for the production model, and publishes the result as
-a new release (`storage.releases`), which a running `odqa serve` switches to without failing a
-request. The builds of the new passages go beside the ones being served and are published only
-when complete; a failed or killed re-index publishes nothing.
+A re-index ingests a new dump or a passages file, then rebuilds the retrievers that serve with the
+workspace's own index stages, `odqa bm25 index` and `odqa index build` for each served model, and
+publishes the result as a new release (`storage.releases`), which a running `odqa serve` switches
+to without failing a request. What it rebuilds, and what it may drop or pin by name, is decided
+and checked first (`flows.compositions.reindex_plan`): a run that cannot do its work fails before
+it ingests anything. The builds of the new passages go beside the ones being served and are
+published only when complete; a failed or killed re-index publishes nothing.
 
 Re-indexes are incremental. A new dump is diffed page by page against the previous re-index's
 (`flows.stages.wikipedia.ingest_dump_incremental`): only new and changed pages are cleaned again.
@@ -34,9 +36,9 @@ from prefect import flow
 from ...storage import Workspace
 from ...storage.choices import IndexType
 from ...storage.metrics import metric_rows, numeric_figures
-from ...storage.model_registry import ModelRef, newest_model, resolve_model
+from ...storage.model_registry import ModelRef
 from ...storage.passages import require_passages
-from ...storage.releases import current_release, reindex_lock
+from ...storage.releases import reindex_lock
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
 from ..plumbing.publish import publish_indexes
@@ -48,6 +50,7 @@ from ..stages.index import index_params, index_task
 from ..stages.passages import import_passages_flow
 from ..stages.wikipedia import ingest_dump_incremental, ingest_wikipedia_flow
 from .incoming import default_source, look_at
+from .reindex_plan import ReindexPlan, ReindexRefused, plan_reindex
 
 
 @dataclass
@@ -55,23 +58,14 @@ class ReindexReport(Report):
     release: str
     previous: str | None
     passages_version: str
-    model: str | None
+    model: str | None  # the default model of the release (None: BM25 only)
+    models: list[str] = field(default_factory=list)  # every dense model rebuilt, the default first
+    dropped: list[str] = field(default_factory=list)  # what was dropped by name
     figures: dict[str, Any] = field(default_factory=dict)
     pruned_releases: list[str] = field(default_factory=list)
     ingested: dict[str, Any] = field(default_factory=dict)  # the reports of the ingest stages
     spread: ClassVar[dict[str, str]] = {"figures": ""}
     hidden: ClassVar[tuple[str, ...]] = ("ingested",)
-
-
-def production_model(ws: Workspace, model: str | None) -> str:
-    """The model to encode with: as given, else the current release's default, else the newest trained."""
-    if model:
-        return model
-    current = current_release(ws)
-    chosen = (current.default_model if current else None) or newest_model(ws)
-    if chosen is None:
-        raise ValueError("no production model: pass `model` (a model id, Hugging Face name or folder)")
-    return chosen
 
 
 def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str) -> dict[str, Report]:
@@ -113,7 +107,7 @@ def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str) -> d
 
 def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
                    runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
-    """Encode (reusing unchanged vectors) and build the production model's index; their figures."""
+    """Encode with one model (reusing unchanged vectors) and build its index; their figures."""
     encoded = encode(ws, ref, shard_size, batch_size, "float32", "auto", runner)
     started = time.perf_counter()
     built = index_task(str(ws.root), ref, index_type, asdict(index_params(index_type)), memory_gb)
@@ -123,6 +117,25 @@ def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_si
             "passages_per_second": round(encoded.encoded_now / encoded.seconds, 1) if encoded.seconds else None,
             "dense_vectors": built.vectors, "faiss_parts": built.parts,
             "faiss_seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
+
+
+def checked_plan(ws: Workspace, *, model: str | None, bm25: bool, dense: bool, drop_bm25: bool,
+                 drop_models: list[str] | None, holder: str) -> ReindexPlan:  # fmt: skip
+    """What this run rebuilds, checked before it changes anything (`flows.compositions.reindex_plan`);
+    logs why each retriever is rebuilt."""
+    log = stage_logger()
+    try:
+        plan = plan_reindex(ws, model=model, bm25=bm25, dense=dense, drop_bm25=drop_bm25,
+                            drop_models=list(drop_models or []), by=f"odqa reindex ({holder})")  # fmt: skip
+    except ReindexRefused as refused:
+        raise ReindexRefused(f"re-index of {ws.root} refused: {refused}") from None
+    for reason in plan.reasons:
+        log.info("rebuilds %s", reason)
+    for dropped in plan.change.drop_models:
+        log.info("drops dense model %s (named)", dropped)
+    if plan.change.drop_bm25:
+        log.info("drops bm25 (named)")
+    return plan
 
 
 @flow(name="reindex")
@@ -136,6 +149,8 @@ def reindex_flow(
     index_type: IndexType = "flat",
     bm25: bool = True,
     dense: bool = True,
+    drop_bm25: bool = False,
+    drop_models: list[str] | None = None,
     wait_seconds: float = 0.0,
     keep: int = 3,
     threads: int | None = None,
@@ -144,7 +159,7 @@ def reindex_flow(
     runner: RunnerSettings | None = None,
     memory_gb: float | None = None,
 ) -> ReindexReport:
-    """Ingest a new dump or passages file, build BM25 + FAISS beside the served indexes, publish.
+    """Ingest a new dump or passages file, rebuild the retrievers that serve beside them, publish.
 
     Args:
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
@@ -154,15 +169,21 @@ def reindex_flow(
             empty: none.
         passages_format: Format of passages (and of a watched passages file whose name does not
             say it): dpr-tsv or beir.
-        model: Model that encodes the passages; empty: the model of the release being served,
-            else the newest trained one.
+        model: A model to encode with, named as the new default model: pinned in the release and
+            kept by every later re-index; empty: the dense models that serve now (the first
+            re-index: the newest trained model, if any).
         watch: When no dump or passages is given: the source looked at on every run, a dump
             (.xml, .xml.bz2), a passages file (.tsv, .jsonl) or a folder where such files land
             (the newest dump and every passages file in it are ingested); empty: the folder
             incoming/ of the workspace.
         index_type: FAISS index type: flat, hnsw or ivfpq.
-        bm25: Build the BM25 (Lucene) index.
-        dense: Encode the passages and build the FAISS index.
+        bm25: Rebuild the BM25 (Lucene) index when it serves (the first re-index builds it); off
+            while BM25 serves is refused unless drop_bm25.
+        dense: Encode the passages and rebuild the FAISS index of each dense model that serves;
+            off while one serves is refused unless drop_models names it.
+        drop_bm25: Publish without BM25 (never while a running odqa serve answers with it).
+        drop_models: Dense models to publish without (never one a running odqa serve answers
+            with); empty: none.
         wait_seconds: How long to wait for a re-index that holds the workspace's lock before
             giving up.
         keep: Newest releases kept (the current one always), so searches that started on an older
@@ -176,12 +197,12 @@ def reindex_flow(
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
-    if not (bm25 or dense):
-        raise ValueError("nothing to build: enable bm25 and/or dense")
     from prefect.runtime import flow_run
 
     holder = f"flow run {flow_run.get_name() or flow_run.get_id() or '?'}"
     with reindex_lock(ws, wait_seconds, holder), flow_run_logs():
+        plan = checked_plan(ws, model=model, bm25=bm25, dense=dense, drop_bm25=drop_bm25, drop_models=drop_models,
+                            holder=holder)  # fmt: skip
         before = ws.rows("passages")
         if dump or passages:
             ingested = _ingest(ws, dump, passages, passages_format)
@@ -190,30 +211,36 @@ def reindex_flow(
         if ws.rows("passages") == 0:
             raise ValueError("the passages table is empty: give a dump or passages to ingest")
         version = require_passages(ws)
-        chosen = production_model(ws, model) if dense else None
-        ref = resolve_model(ws, chosen) if chosen else None
         figures: dict[str, Any] = {"passages": ws.rows("passages")}
         log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
         dumped = ingested.get("dump")
         if dumped is not None:
             figures.update({name: getattr(dumped, name) for name in ("pages_recleaned", "pages_reused", "pages_removed")
                             if getattr(dumped, name) is not None})  # fmt: skip
-        if bm25:
+        if plan.bm25:
             built = build_bm25(ws, threads)
             figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
-        if dense:
-            figures.update(_dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb))  # type: ignore[arg-type]
-        default = ref.passage_name if ref is not None else None
-        published = publish_indexes(ws, version, default_model=default, figures=figures, keep=keep, narrower=True)
+        for number, ref in enumerate(plan.models):
+            made = _dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb)
+            # the default model's figures as they are; another model's under its index key
+            figures.update(made if number == 0 else {f"{ref.passage_key}:{k}": v for k, v in made.items()})
+        published = publish_indexes(ws, version, change=plan.change, figures=figures, keep=keep)
+        if published.withheld:
+            raise ReindexRefused(f"the re-index built passages {version} but did not publish them: since it started, "
+                                 f"what serves changed and the release would lack {'; '.join(published.withheld)}. "
+                                 "Run it again: it rebuilds what serves now")  # fmt: skip
     release = published.release
+    assert release is not None  # published, or the current release serves these very builds
     report = ReindexReport(release=release.release, previous=published.previous, passages_version=version,
-                           model=chosen, figures=figures, pruned_releases=published.pruned_releases,
+                           model=release.default_model, models=[ref.passage_name for ref in plan.models],
+                           dropped=release.dropped if published.published else [], figures=figures,
+                           pruned_releases=published.pruned_releases,
                            ingested={name: done.as_dict() for name, done in ingested.items()},
                            noop=not published.published)  # fmt: skip
     if published.published:
         with ws.transaction(f"reindex:{release.release}") as tx:
             tx.write("metrics", metric_rows(f"reindex:{release.release}", numeric_figures(figures),
-                                            config={"model": chosen, "index_type": index_type,
+                                            config={"model": release.default_model, "index_type": index_type,
                                                     "ingested": report.ingested}),
                      source=f"reindex:{release.release}")  # fmt: skip
             tx.report = report.ledger()

@@ -19,6 +19,7 @@ from ...storage import Workspace
 from ...storage.index_layout import IndexLayout
 from ...storage.locks import writer_lock
 from ...storage.passages import passage_records, require_passages
+from ...storage.releases import ServingChange
 from ...storage.reports import Report
 from ..plumbing.publish import publish_indexes
 from ..plumbing.runtime import stage_logger
@@ -99,5 +100,5 @@ def bm25_index_flow(workspace: str | None = None, threads: int | None = None) ->
     """
     ws = Workspace.resolve(workspace)
     report = build_bm25(ws, threads)
-    report.release = publish_indexes(ws, report.snapshot).release.release
+    report.release = publish_indexes(ws, report.snapshot, change=ServingChange(add_bm25=True)).current
     return report

@@ -25,6 +25,7 @@ from ...pipelines.dense.sharded_encoding import DEFAULT_SHARD_SIZE
 from ...storage import Workspace
 from ...storage.choices import INDEX_TYPES, IndexType
 from ...storage.model_registry import ModelRef, resolve_model
+from ...storage.releases import ServingChange
 from ...storage.reports import Report
 from ..plumbing.console import tell
 from ..plumbing.publish import publish_indexes
@@ -83,7 +84,7 @@ def build_dense_index(ws: Workspace, ref: ModelRef, index_type: IndexType, param
         report = index_task(str(ws.root), ref, index_type, asdict(params), memory_gb)
     report.noop = report.noop and encoded.noop
     report.release = publish_indexes(ws, dense_build(ws, ref).passages_version,
-                                     default_model=ref.passage_name).release.release  # fmt: skip
+                                     change=ServingChange(add_models=(ref.passage_key,))).current  # fmt: skip
     return report
 
 
@@ -102,7 +103,8 @@ def index_build_flow(
     memory_gb: float | None = None,
 ) -> IndexBuildReport:
     """Build a FAISS index of the model's passage embeddings (encoding them first if needed, on
-    the runner if one is given: see `encode_flow`) and publish it to running searchers. The
+    the runner if one is given: see `encode_flow`) and publish it to running searchers, beside
+    what the release serves (its default model stays the default). The
     build plan (RAM, disk, time) is logged first; with `memory_gb` the index is split into parts
     that each fit the budget, or the build is refused when none can.
 
@@ -146,4 +148,4 @@ def ensure_dense_index(ws: Workspace, ref: ModelRef, index_type: IndexType, enco
         return
     encode_task.fn(str(ws.root), passage, DEFAULT_SHARD_SIZE, 128, stored_dtype(ws, passage, None), "auto")
     index_task.fn(str(ws.root), passage, index_type, asdict(index_params(index_type)))
-    publish_indexes(ws, dense_build(ws, passage).passages_version, default_model=passage.name)
+    publish_indexes(ws, dense_build(ws, passage).passages_version, change=ServingChange(add_models=(passage.passage_key,)))

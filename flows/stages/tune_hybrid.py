@@ -144,4 +144,4 @@ def publish_alpha(ws: Workspace, key: str) -> str | None:
     current = current_release(ws)
     if current is None or not any(entry.key == key for entry in current.dense):
         return None
-    return publish_indexes(ws, current.passages_version).release.release
+    return publish_indexes(ws, current.passages_version).current

@@ -44,3 +44,22 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
     from tests.models.conftest import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-bert"), layers=3, dropout=0.0, seed=0)
+
+
+@pytest.fixture(scope="session")
+def bm25_served(prefect_harness: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace that serves BM25 only (no model trained or named): a few passages imported, then
+    `odqa bm25 index`. Read-only: the release tests copy it (`release_builds.copy_workspace`)."""
+    from odqa.flows.stages.bm25 import bm25_index_flow
+    from odqa.flows.stages.passages import import_passages_flow
+    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
+    from tests.boundaries.release_builds import passages_file
+
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"BM25 needs a JDK: {error}")
+    root = tmp_path_factory.mktemp("bm25-served")
+    import_passages_flow(fmt="dpr-tsv", path=passages_file(root, "passages.tsv"), workspace=str(root / "ws"))
+    bm25_index_flow(workspace=str(root / "ws"))
+    return root / "ws"

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from odqa.storage import Workspace
-from odqa.storage.index_layout import BM25_METADATA, FAISS_METADATA, IndexLayout
+from odqa.storage.index_layout import IndexLayout
 from odqa.storage.releases import (
     NoReleaseError,
     ReindexBusyError,
+    ServingChange,
     current_release,
     pointer_path,
     publish,
@@ -18,70 +19,57 @@ from odqa.storage.releases import (
     read_pointer,
     reindex_lock,
 )
-
-
-def _bm25(ws: Workspace, version: str) -> None:
-    folder = IndexLayout.of(ws).bm25(version)
-    folder.mkdir(parents=True)
-    (folder / BM25_METADATA).write_text("{}", encoding="utf-8")
-
-
-def _dense(ws: Workspace, model: str, version: str, *types: str) -> None:
-    layout = IndexLayout.of(ws)
-    layout.record_model(model, model, f"/models/{model}")
-    for kind in types:
-        folder = layout.dense(model, version).index(kind)
-        folder.mkdir(parents=True)
-        (folder / FAISS_METADATA).write_text("{}", encoding="utf-8")
+from tests.boundaries.release_builds import fake_bm25, fake_dense
 
 
 def test_publishing_names_the_finished_builds_of_one_passages_version(workspace: Workspace) -> None:
     with pytest.raises(NoReleaseError, match="no finished index of passages version v1"):
         publish(workspace, "v1")
-    _bm25(workspace, "v1")
+    fake_bm25(workspace, "v1")
     first = publish(workspace, "v1")
     assert first.published and first.previous is None
     assert first.release.bm25 == "bm25/v1" and first.release.dense == [] and first.release.default_model is None
     assert current_release(workspace) == first.release
     assert not publish(workspace, "v1").published  # the same builds: nothing to publish
 
-    _dense(workspace, "dpr", "v1", "flat", "hnsw")
-    _dense(workspace, "taser", "v1", "flat")
-    second = publish(workspace, "v1", default_model="taser")
+    fake_dense(workspace, "dpr", "v1", "flat", "hnsw")
+    fake_dense(workspace, "taser", "v1", "flat")
+    second = publish(workspace, "v1", change=ServingChange(default_model="taser", add_models=("dpr",)))
     assert second.published and second.previous == first.release.release
     assert [(d.model, d.model_path, sorted(d.indexes)) for d in second.release.dense] == [
         ("dpr", "/models/dpr", ["flat", "hnsw"]), ("taser", "/models/taser", ["flat"])]
     assert second.release.dense_of("dpr").indexes["flat"] == "dense/dpr/v1/flat"
     assert second.release.default_model == "taser"
     # the default stays the current release's when the caller names none
-    _dense(workspace, "dpr", "v1", "ivfpq")
+    fake_dense(workspace, "dpr", "v1", "ivfpq")
     assert publish(workspace, "v1").release.default_model == "taser"
     on_disk = json.loads(pointer_path(workspace).read_text(encoding="utf-8"))
     assert on_disk["format"] == 2 and read_pointer(pointer_path(workspace)) == current_release(workspace)
 
 
 def test_a_release_serving_less_is_withheld_until_its_indexes_are_built(workspace: Workspace) -> None:
-    _bm25(workspace, "v1")
-    _dense(workspace, "dpr", "v1", "flat")
+    fake_bm25(workspace, "v1")
+    fake_dense(workspace, "dpr", "v1", "flat")
     served = publish(workspace, "v1").release
-    _bm25(workspace, "v2")  # new passages: BM25 rebuilt, the dense index not yet
+    fake_bm25(workspace, "v2")  # new passages: BM25 rebuilt, the dense index not yet
     withheld = publish(workspace, "v2")
-    assert not withheld.published and withheld.withheld == ["dense model dpr"]
+    assert not withheld.published and withheld.withheld == [
+        f"dense model dpr (served by release {served.release}; drop it by name to publish without it)"]
     assert current_release(workspace) == served
-    _dense(workspace, "dpr", "v2", "flat")
+    fake_dense(workspace, "dpr", "v2", "flat")
     done = publish(workspace, "v2")
     assert done.published and done.release.passages_version == "v2" and done.previous == served.release
-    # a re-index may publish less (it rebuilds what it was asked to)
-    _bm25(workspace, "v3")
-    assert publish(workspace, "v3", narrower=True).published
+    # less is published only when named
+    fake_bm25(workspace, "v3")
+    assert publish(workspace, "v3", change=ServingChange(drop_models=("dpr",))).release.dropped == ["dense model dpr"]
 
 
 def test_old_releases_and_the_builds_only_they_used_are_pruned(workspace: Workspace) -> None:
     layout = IndexLayout.of(workspace)
     releases = []
     for version in ("v1", "v2", "v3"):
-        _bm25(workspace, version)
-        _dense(workspace, "dpr", version, "flat")
+        fake_bm25(workspace, version)
+        fake_dense(workspace, "dpr", version, "flat")
         releases.append(publish(workspace, version, keep=2))
     assert releases[-1].pruned_releases == [releases[0].release.release]
     assert sorted(releases[-1].pruned_builds) == ["bm25/v1", "dense/dpr/v1"]
@@ -97,7 +85,7 @@ def test_a_pointer_of_an_older_odqa_is_replaced_not_trusted(workspace: Workspace
     with pytest.raises(ValueError, match="older odqa .* odqa reindex"):
         read_pointer(path)
     assert current_release(workspace) is None
-    _bm25(workspace, "v1")
+    fake_bm25(workspace, "v1")
     assert publish(workspace, "v1").published
 
 
