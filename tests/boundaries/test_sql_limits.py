@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import odqa
 from odqa.flows.cli import main
 from odqa.storage import Workspace
-from odqa.storage.catalog import QueryLimitError, QueryLimits, ReadOnlyViolation
+from odqa.storage.catalog import ReadOnlyViolation
 
 ENDLESS = "SELECT count(*) FROM range(1000000000000)"
 GREEDY = "SELECT string_agg(repeat('x', 1000), ',') FROM range(1000000)"  # ~1 GB of text in one value
@@ -22,6 +22,8 @@ def _sql(ws: Workspace, *args: str):
 
 
 def test_a_query_past_its_time_limit_is_stopped_naming_the_option(filled: Workspace) -> None:
+    from odqa.storage.catalog import QueryLimitError
+
     started = time.monotonic()
     result = _sql(filled, "--timeout", "0.5", ENDLESS)
     assert result.exit_code == 1, result.output
@@ -32,6 +34,8 @@ def test_a_query_past_its_time_limit_is_stopped_naming_the_option(filled: Worksp
 
 
 def test_a_query_past_its_memory_limit_is_stopped_naming_the_option(filled: Workspace) -> None:
+    from odqa.storage.catalog import QueryLimitError
+
     result = _sql(filled, "--memory-limit", "64MB", GREEDY)
     assert result.exit_code == 1, result.output
     assert "memory limit of 64MB" in result.output and "--memory-limit SIZE" in result.output
@@ -41,6 +45,8 @@ def test_a_query_past_its_memory_limit_is_stopped_naming_the_option(filled: Work
 
 
 def test_queries_run_within_default_bounds_they_cannot_raise(filled: Workspace) -> None:
+    from odqa.storage.catalog import QueryLimits
+
     settings = filled.sql("SELECT current_setting('memory_limit') AS memory, current_setting('threads') AS threads"
                           ).to_pylist()[0]  # fmt: skip
     number, unit = settings["memory"].split()

@@ -14,7 +14,8 @@ import odqa
 from odqa.flows.cli import main
 from odqa.service.app import create_app
 from odqa.storage import Workspace
-from odqa.storage.workspace_marker import MARKER_FILE, NotAWorkspaceError
+
+MARKER_FILE = ".odqa-workspace"
 
 
 @pytest.fixture
@@ -49,18 +50,19 @@ def test_read_verbs_refuse_a_folder_odqa_did_not_make_and_create_nothing(foreign
 
 def test_the_api_and_the_service_refuse_it_too(foreign: Path) -> None:
     before = _contents(foreign)
-    with pytest.raises(NotAWorkspaceError, match="odqa did not make it a workspace"):
+    with pytest.raises(FileNotFoundError, match="odqa did not make it a workspace"):
         odqa.open_workspace(foreign)
-    with pytest.raises(NotAWorkspaceError, match="odqa did not make it a workspace"):
+    with pytest.raises(FileNotFoundError, match="odqa did not make it a workspace"):
         create_app(foreign)
-    with pytest.raises(NotAWorkspaceError):
+    assert _contents(foreign) == before
+    with pytest.raises(FileNotFoundError):
         Workspace.open_existing(foreign)
     assert _contents(foreign) == before
 
 
 def test_writers_refuse_a_folder_holding_other_files(foreign: Path) -> None:
     before = _contents(foreign)
-    with pytest.raises(NotAWorkspaceError, match="is not an odqa workspace and is not empty.*odqa init"):
+    with pytest.raises(FileNotFoundError, match="is not an odqa workspace and is not empty.*odqa init"):
         Workspace.resolve(foreign)
     result = _odqa("-w", str(foreign), "import", "passages", "--format", "dpr-tsv", str(foreign / "notes.txt"))
     assert result.exit_code == 1 and "is not an odqa workspace and is not empty" in result.output, result.output
