@@ -15,7 +15,7 @@
 The releases and the hot swap live in `service.releases`; question encoding and the FAISS
 search are micro-batched across concurrent requests (`pipelines.microbatch`). Requests are
 validated at the edge (`RequestLimits`, strict pydantic models, `service.validation`; header
-deadlines in `service.connections`); a bad request gets a 4xx ``{"error": ...}`` (the one shape
+deadlines and sizes in `service.connections`); a bad request gets a 4xx ``{"error": ...}`` (the one shape
 of every refusal and failure) and never affects other requests (docs/security.md).
 """
 

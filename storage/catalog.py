@@ -149,9 +149,10 @@ class QueryLimits:
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads!r}")
 
-    def settings(self, temp_dir: Path) -> dict[str, str | int]:
+    def settings(self, temp_dir: Path | None) -> dict[str, str | int]:
         return {"memory_limit": self.memory_limit or default_memory_limit(),
-                "threads": self.threads or max(1, (os.cpu_count() or 2) // 2), "temp_directory": str(temp_dir)}  # fmt: skip
+                "threads": self.threads or max(1, (os.cpu_count() or 2) // 2),
+                "temp_directory": "" if temp_dir is None else str(temp_dir)}  # fmt: skip
 
 
 def default_memory_limit() -> str:
@@ -167,14 +168,14 @@ class QueryLimitError(RuntimeError):
     """A query stopped at a bound of `QueryLimits`; the message names the bound and how to raise it."""
 
 
-def sandboxed_connection(limits: QueryLimits, temp_dir: Path) -> duckdb.DuckDBPyConnection:
+def sandboxed_connection(limits: QueryLimits, temp_dir: Path | None) -> duckdb.DuckDBPyConnection:
     """A private in-memory DuckDB that reaches no file (the `SANDBOX` settings), within `limits`,
     its configuration locked so that no statement can switch any of it back.
 
     Tables are given to it as Arrow data (`register`, `from_arrow`), so DuckDB itself never opens
     a path: `enable_external_access` off then refuses every file function (read_csv, glob, COPY,
     ATTACH, EXPORT, INSTALL, also inside EXPLAIN ANALYZE), and extensions are neither installed
-    nor loaded. It spills only into `temp_dir` (whose parent must exist)."""
+    nor loaded. It spills only into `temp_dir` (whose parent must exist; None: it does not spill)."""
     con = duckdb.connect(":memory:", config={**SANDBOX, **limits.settings(temp_dir)})
     con.execute("SET lock_configuration = true")
     return con
@@ -196,7 +197,8 @@ def _register_tables(con: duckdb.DuckDBPyConnection, root: Path, snapshot: Snaps
         con.register(table, ds.dataset(parts, schema=schema, format="parquet") if parts else schema.empty_table())
 
 
-def query_read_only(root: Path, snapshot: Snapshot, sql: str, limits: QueryLimits, temp_dir: Path) -> pa.Table:
+def query_read_only(root: Path, snapshot: Snapshot, sql: str, limits: QueryLimits, temp_dir: Path | None
+                    ) -> pa.Table:  # fmt: skip
     """Run one read-only query over the snapshot's tables within `limits`; the result as Arrow."""
     check_read_only(sql)
     _refresh_for_shell(root, snapshot)

@@ -145,9 +145,13 @@ class Workspace:
                                        self.duckdb_temp_dir)  # fmt: skip
 
     @property
-    def duckdb_temp_dir(self) -> Path:
-        """Where the sandboxed DuckDB connections spill what exceeds their memory limit."""
-        return self.tmp_dir / "duckdb"
+    def duckdb_temp_dir(self) -> Path | None:
+        """Where the sandboxed DuckDB connections spill what exceeds their memory limit; None in
+        a workspace this process cannot write (its queries then stay within memory)."""
+        try:
+            return self.tmp_dir / "duckdb"
+        except OSError:
+            return None
 
     def refresh_catalog(self) -> None:
         catalog.refresh_catalog(self.root, self.snapshot(), strict=True)

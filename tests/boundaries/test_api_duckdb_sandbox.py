@@ -14,7 +14,6 @@ from odqa.storage import Workspace
 ESCAPES = [
     "SELECT * FROM read_text('/etc/passwd')",
     "SELECT * FROM read_csv('/etc/hostname')",
-    "SET enable_external_access = true",
     "SET memory_limit = '100GB'",
 ]
 

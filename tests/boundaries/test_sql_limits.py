@@ -22,31 +22,29 @@ def _sql(ws: Workspace, *args: str):
 
 
 def test_a_query_past_its_time_limit_is_stopped_naming_the_option(filled: Workspace) -> None:
-    from odqa.storage.catalog import QueryLimitError
-
     started = time.monotonic()
     result = _sql(filled, "--timeout", "0.5", ENDLESS)
     assert result.exit_code == 1, result.output
     assert "time limit of 0.5 s" in result.output and "--timeout SECONDS" in result.output
     assert time.monotonic() - started < 20
+    from odqa.storage.catalog import QueryLimitError
+
     with pytest.raises(QueryLimitError, match=r"timeout_s="):
         odqa.open_workspace(filled.root).sql(ENDLESS, timeout_s=0.5)
 
 
 def test_a_query_past_its_memory_limit_is_stopped_naming_the_option(filled: Workspace) -> None:
-    from odqa.storage.catalog import QueryLimitError
-
     result = _sql(filled, "--memory-limit", "64MB", GREEDY)
     assert result.exit_code == 1, result.output
     assert "memory limit of 64MB" in result.output and "--memory-limit SIZE" in result.output
+    from odqa.storage.catalog import QueryLimitError
+
     with pytest.raises(QueryLimitError, match=r"memory_limit="):
         odqa.open_workspace(filled.root).sql(GREEDY, memory_limit="64MB")
     assert _sql(filled, "--memory-limit", "lots", "SELECT 1").exit_code == 2
 
 
 def test_queries_run_within_default_bounds_they_cannot_raise(filled: Workspace) -> None:
-    from odqa.storage.catalog import QueryLimits
-
     settings = filled.sql("SELECT current_setting('memory_limit') AS memory, current_setting('threads') AS threads"
                           ).to_pylist()[0]  # fmt: skip
     number, unit = settings["memory"].split()
@@ -54,6 +52,8 @@ def test_queries_run_within_default_bounds_they_cannot_raise(filled: Workspace) 
     assert settings["threads"] <= max(1, (os.cpu_count() or 2) // 2)
     with pytest.raises(ReadOnlyViolation):
         filled.sql("SET memory_limit = '100GB'")
+    from odqa.storage.catalog import QueryLimits
+
     within = filled.sql("SELECT count(*) AS n FROM passages", QueryLimits(timeout_s=30, memory_limit="256MB"))
     assert within.column("n").to_pylist() == [2]
 
