@@ -88,7 +88,7 @@ def load_retriever(model_or_path: str | Path, workspace: Any = None) -> BeirRetr
             raise ValueError(f"{name} is a query-side fine-tune: pass workspace= so its passage model can be found")
         model = load_model(name)
         return BeirRetriever(model, model, name)
-    ws = getattr(workspace, "storage", None) or StorageWorkspace(Path(workspace).expanduser().resolve())
+    ws = getattr(workspace, "storage", None) or StorageWorkspace.open_existing(workspace)
     ref = resolve_model(ws, name)
     question_model = load_model(ref.path)
     passage_model = question_model if ref.shares_passage_side else load_model(ref.passage_path)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..pipelines.search.limits import checked_k
 from ..pipelines.search.searcher import Searcher as PipelineSearcher
 from ..storage.choices import RetrieverKind
 from ..storage.passages import passages_by_id
@@ -50,8 +51,7 @@ class Searcher:
         out (None), which saves reading the passages table."""
         if isinstance(questions, str):
             raise TypeError("search takes a list of questions; wrap one question in a list: search([question])")
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
+        checked_k(k)
         texts = [str(q) for q in questions]
         if not texts:
             return []

@@ -1,7 +1,9 @@
 """A workspace from Python: its searchers, its tables (Arrow or DuckDB, read-only) and evaluation.
 
 `odqa.open_workspace(path)` opens an existing workspace (`--workspace` of the verbs) and creates
-nothing: a typo in a path is an error here, not a new empty workspace.
+nothing: a typo in a path, or a folder odqa did not make a workspace, is an error here. Its DuckDB
+connections (`sql`, `duckdb`, `connection`) share one sandbox and its bounds
+(`storage.catalog.sandboxed_connection`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import pyarrow as pa
 
 from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.dense.hybrid import DEFAULT_DEPTH
+from ..storage.catalog import DEFAULT_TIMEOUT_S, QueryLimits, sandboxed_connection
 from ..storage.choices import IndexType, RetrieverKind
 from ..storage.snapshot import load_snapshot
 from ..storage.table_files import known_tables
 from ..storage.tables import table_dataset
-from ..storage.workspace import ENV_VAR
 from ..storage.workspace import Workspace as StorageWorkspace
 from .search import Searcher
 
@@ -56,13 +58,28 @@ class Workspace:
 
     def duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
         """The table as a lazy DuckDB relation over its current Parquet parts: filter, join and
-        aggregate it in DuckDB without loading it; a relation reads, it never writes the workspace."""
-        dataset = table_dataset(self.root, load_snapshot(self.root), name)
-        return (connection or duckdb.connect()).from_arrow(dataset)
+        aggregate it in DuckDB without loading it; a relation reads, it never writes the workspace.
 
-    def sql(self, query: str) -> pa.Table:
-        """Read-only SQL over every table (as `odqa sql`); statements that write are refused."""
-        return self.storage.sql(query)
+        Without `connection` the relation lives in a new `connection()`: sandboxed as `sql` is.
+        A connection of your own is used as you made it (odqa does not lock your settings): it
+        reaches whatever your DuckDB can reach, which is yours to decide."""
+        dataset = table_dataset(self.root, load_snapshot(self.root), name)
+        return (connection or self.connection()).from_arrow(dataset)
+
+    def connection(self, *, memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+        """A new in-memory DuckDB connection with `sql`'s sandbox: it reads no file and reaches no
+        network, loads no extension, and its settings (the sandbox, `memory_limit`, `threads`;
+        defaults as `sql`'s) are locked. Pass it to `duckdb(name, connection)` to join tables."""
+        return sandboxed_connection(QueryLimits(timeout_s=None, memory_limit=memory_limit, threads=threads),
+                                    self.storage.duckdb_temp_dir)  # fmt: skip
+
+    def sql(self, query: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_limit: str | None = None,
+            threads: int | None = None) -> pa.Table:  # fmt: skip
+        """One read-only query over every table (as `odqa sql`); statements that write are refused.
+        It is stopped after `timeout_s` seconds, and DuckDB keeps within `memory_limit` (`8GB`,
+        `50%`; default a quarter of the memory, at most 4 GiB) and `threads` (default half the
+        cores); a query that passes a bound raises `QueryLimitError` naming it."""
+        return self.storage.sql(query, QueryLimits(timeout_s=timeout_s, memory_limit=memory_limit, threads=threads))
 
     # -- evaluating --------------------------------------------------------------------------
     def evaluate(self, run: str, ks: tuple[int, ...] = (), match: str = "auto") -> pa.Table:
@@ -85,10 +102,6 @@ class Workspace:
 
 
 def open_workspace(path: str | os.PathLike[str] | None = None) -> Workspace:
-    """The workspace at `path` (default: $ODQA_WORKSPACE, else ./workspace); it must exist."""
-    chosen = path if path not in (None, "") else os.environ.get(ENV_VAR) or "workspace"
-    root = Path(chosen).expanduser().resolve()
-    if not root.is_dir():
-        raise FileNotFoundError(f"no odqa workspace at {root}: create one with the odqa verbs "
-                                "(e.g. odqa import passages, odqa demo)")  # fmt: skip
-    return Workspace(StorageWorkspace(root))
+    """The workspace at `path` (default: $ODQA_WORKSPACE, else ./workspace). It must be an odqa
+    workspace (made by `odqa init` or a verb that brings data in); nothing is created."""
+    return Workspace(StorageWorkspace.open_existing(path))

@@ -24,6 +24,7 @@ from pydantic import PrivateAttr, model_validator
 
 from .api.search import Searcher
 from .api.workspace import open_workspace
+from .pipelines.search.limits import checked_k
 
 
 class OdqaRetriever(BaseRetriever):
@@ -49,8 +50,7 @@ class OdqaRetriever(BaseRetriever):
     def _one_source(self) -> OdqaRetriever:
         if (self.workspace is None) == (self.url is None):
             raise ValueError("give exactly one of workspace= (search in this process) or url= (a running odqa serve)")
-        if self.k < 1:
-            raise ValueError(f"k must be at least 1, got {self.k}")
+        checked_k(self.k)
         return self
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:

@@ -18,7 +18,7 @@
 The releases and the hot swap live in `service.releases`; question encoding and the FAISS
 search are micro-batched across concurrent requests (`pipelines.microbatch`). Requests are
 validated at the edge (`RequestLimits`, strict pydantic models, `service.validation`; header
-deadlines in `service.connections`); a bad request gets a 4xx ``{"error": ...}`` (the one shape
+deadlines and sizes in `service.connections`); a bad request gets a 4xx ``{"error": ...}`` (the one shape
 of every refusal and failure) and never affects other requests (docs/security.md).
 """
 
@@ -43,6 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..pipelines.dense.hybrid import DEFAULT_DEPTH
 from ..pipelines.search.hits import Hits, Ranked
 from ..pipelines.search.hybrid_searcher import fused_hits
+from ..pipelines.search.limits import DEFAULT_MAX_K, MAX_K_ENV, checked_k, max_k
 from ..storage import Workspace
 from ..storage.choices import INDEX_TYPES, RETRIEVER_KINDS, IndexType, RetrieverKind
 from ..storage.releases import NoReleaseError
@@ -54,7 +55,6 @@ from .validation import MAX_QUESTION_CHARS, checked_text
 log = logging.getLogger("odqa.serve")
 
 MAX_BATCH = 256
-MAX_K = 10_000
 MAX_BODY_BYTES = 1_048_576
 MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
 PAGE = Path(__file__).resolve().parent / "static" / "search.html"
@@ -85,7 +85,8 @@ class SearchRequest(BaseModel):
 
     question: str | None = Field(None, description="One question (or use `questions`).")
     questions: list[str] | None = Field(None, description=f"A batch of at most {MAX_BATCH} questions.")
-    k: int = Field(10, description=f"Passages per question, 1..{MAX_K}.")
+    k: int = Field(10, description=f"Passages per question, 1..{DEFAULT_MAX_K:,} (the service's {MAX_K_ENV} may "
+                                   "set another limit).")
     retriever: str | None = Field(None, description="bm25, dense or hybrid (default: the service's).")
     alpha: float | None = Field(None, ge=0.0, le=100.0, description="Hybrid weight of BM25 (dense + alpha * bm25).")
     model: str | None = Field(None, description="Model id; must be the one the index was built with.")
@@ -93,9 +94,7 @@ class SearchRequest(BaseModel):
     @field_validator("k")
     @classmethod
     def _k_in_range(cls, k: int) -> int:
-        if not 1 <= k <= MAX_K:
-            raise ValueError(f"k must be between 1 and {MAX_K:,}, got {k:,}")
-        return k
+        return checked_k(k)
 
     @field_validator("questions", mode="before")
     @classmethod
@@ -304,7 +303,8 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
         raise ValueError(f"retriever must be one of {', '.join(RETRIEVER_KINDS)}, got {retriever!r}")
     if index_type is not None and index_type not in INDEX_TYPES:
         raise ValueError(f"index type must be one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
-    ws = Workspace.resolve(workspace)
+    ws = Workspace.open_existing(workspace)  # a service reads: a folder odqa did not make is refused
+    max_k()  # a malformed $ODQA_MAX_K stops the start, not every request
     arrivals = Arrivals()
     holder = ReleaseHolder(ws, model=model, index_type=index_type, batching=batching, poll_s=poll_s,
                            expected=arrivals, service=this_service(address, retriever, model))  # fmt: skip
@@ -395,7 +395,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
                         ) -> list[Ranked]:  # fmt: skip
         return await _hits(release, name, questions, k, _alpha(alpha, release) if name == "hybrid" else None)
 
-    app.include_router(rest_v1_router(holder, search_v1, max_hits=MAX_K, max_query_chars=MAX_QUESTION_CHARS))
+    app.include_router(rest_v1_router(holder, search_v1, max_query_chars=MAX_QUESTION_CHARS))
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:

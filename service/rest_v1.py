@@ -24,6 +24,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from ..pipelines.search.hits import Ranked
+from ..pipelines.search.limits import checked_k
 from ..storage.choices import RETRIEVER_KINDS
 from .releases import LoadedRelease, ReleaseHolder, model_display_name
 from .validation import checked_text
@@ -62,10 +63,13 @@ def retriever_of(index: str, release: LoadedRelease) -> str:
                          f"available: {', '.join(_indexes(release)) or 'none'}")  # fmt: skip
 
 
-def _hits(text: str, max_hits: int) -> int:
-    if not text.strip().isdigit() or not 1 <= int(text) <= max_hits:
-        raise RestError(400, f"hits must be a whole number between 1 and {max_hits:,}, got {text[:20]!r}")
-    return int(text)
+def _hits(text: str) -> int:
+    if not text.strip().isdigit() or len(text) > 20 or int(text) < 1:
+        raise RestError(400, f"hits must be a whole number of at least 1, got {text[:20]!r}")
+    try:
+        return checked_k(int(text), "hits")
+    except ValueError as refusal:
+        raise RestError(400, str(refusal)) from None
 
 
 def _alpha(text: str | None) -> float | None:
@@ -84,7 +88,7 @@ def _doc(title: str | None, text: str | None) -> dict[str, Any]:
     return {"title": title, "text": text, "contents": f"{title or ''}\n{text or ''}"}
 
 
-def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_hits: int, max_query_chars: int) -> APIRouter:
+def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_query_chars: int) -> APIRouter:
     """The /v1 routes over `holder`'s current release, searching with `search` (the service's own
     micro-batched search, so both shapes give the same hits)."""
     router = APIRouter(prefix="/v1", tags=["REST v1 (Anserini / pyserini shape)"])
@@ -99,7 +103,7 @@ def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_hits: int, ma
                 checked_text(query, "query", limit=max_query_chars)
             except ValueError as refusal:
                 raise RestError(400, str(refusal)) from None
-            k, weight = _hits(hits, max_hits), _alpha(alpha)
+            k, weight = _hits(hits), _alpha(alpha)
             with holder.lease() as release:
                 ranked = (await search(release, retriever_of(index, release), [query], k, weight))[0]
                 candidates = [{"docid": pid, "score": score, "rank": rank, "doc": _doc(*release.passage(pid))}

@@ -15,13 +15,16 @@ from .releases import BatchSettings
 
 def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: RetrieverKind,
           max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
-          encoder_workers: int | None = None, index_type: IndexType | None = None) -> None:  # fmt: skip
+          encoder_workers: int | None = None, index_type: IndexType | None = None,
+          head_limits: dict[str, int | None] | None = None) -> None:  # fmt: skip
     """Run the service with uvicorn until interrupted (one process, one event loop).
 
     `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
     are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
     (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
-    default enough to give every core a torch thread (cores / torch_threads)."""
+    default enough to give every core a torch thread (cores / torch_threads). `head_limits` sets
+    `service.connections.uvicorn_config`'s max_url_bytes, max_header_bytes and max_headers (None:
+    its default)."""
     import faiss
     import torch
     import uvicorn
@@ -47,4 +50,5 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
                                             encoder_workers=encoder_workers), address=f"http://{host}:{port}")  # fmt: skip
     log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
-    uvicorn.Server(uvicorn_config(app, host, port)).run()
+    limits = {name: value for name, value in (head_limits or {}).items() if value is not None}
+    uvicorn.Server(uvicorn_config(app, host, port, **limits)).run()

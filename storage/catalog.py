@@ -6,12 +6,18 @@ file, a refresh that finds the catalog open elsewhere is skipped with a warning 
 the truth) and redone by the next `odqa sql`, which checks the recorded version first.
 
 `odqa sql` itself never reads this file: it queries the same tables in a private, sandboxed
-in-memory DuckDB (see `_sandboxed_connection`), so the catalog is only for users' shells.
+in-memory DuckDB (see `sandboxed_connection`), bounded in time, memory and threads
+(`QueryLimits`), so the catalog is only for users' shells.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -23,6 +29,10 @@ from .snapshot import Snapshot
 from .table_files import empty_table_file, known_tables, table_paths
 
 CATALOG_FILE = "catalog.duckdb"
+DEFAULT_TIMEOUT_S = 60.0
+MAX_DEFAULT_MEMORY = 4 * 2**30
+# Sizes DuckDB's memory_limit takes: a number and a unit (B, KB, MiB, GB, ...) or a percentage.
+_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([KMGT]i?B|B|%)\s*", re.IGNORECASE)
 _STATE_TABLE = "_odqa_catalog_state"
 log = logging.getLogger(__name__)
 
@@ -95,7 +105,7 @@ def catalog_is_current(root: Path, snapshot: Snapshot) -> bool:
 
 
 def check_read_only(sql: str) -> None:
-    """Refuse anything but queries, naming the offending statement."""
+    """Refuse anything but one query, naming the offending statement."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.ParserException as exc:
@@ -110,21 +120,74 @@ def check_read_only(sql: str) -> None:
                 f"({statement.query.strip()[:80]!r}). Tables are written by the odqa stages; "
                 "to export results use --format csv|json."
             )
+    if len(statements) > 1:
+        raise ReadOnlyViolation(f"`odqa sql` runs one statement at a time; got {len(statements)} "
+                                f"({'; '.join(s.query.strip().rstrip(';')[:40] for s in statements[:3])}): run each on its own, "
+                                "or combine them into one query (UNION ALL, a join, WITH ...)")  # fmt: skip
 
 
-def _sandboxed_connection(root: Path, snapshot: Snapshot) -> duckdb.DuckDBPyConnection:
-    """A private in-memory DuckDB whose only data are the snapshot's tables, and which reaches no file.
+@dataclass(frozen=True)
+class QueryLimits:
+    """The bounds of one query of `odqa sql` / `ws.sql`, and of the API's DuckDB connections.
 
-    Each table is registered as an Arrow dataset over its Parquet parts, so DuckDB itself never opens
-    a path: `enable_external_access` off then refuses every file function (read_csv, glob, COPY,
-    ATTACH, EXPORT, INSTALL, also inside EXPLAIN ANALYZE), extensions are neither installed nor
-    loaded, and the locked configuration cannot be switched back by the query. No shared file is
-    opened, so concurrent `odqa sql` calls, a refresh by another command, or an open `duckdb`
-    shell on catalog.duckdb cannot make the query fail.
+    `timeout_s`: wall-clock seconds before the query is interrupted (`connection.interrupt()` from
+    a watchdog thread). `memory_limit`: DuckDB's buffer memory (`4GB`, `25%`; None: a quarter of
+    the machine's memory, at most 4 GiB); beyond it DuckDB spills to the workspace's `tmp/duckdb`
+    and fails only when even that cannot help. `threads`: DuckDB's threads (None: half the cores).
     """
+
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    memory_limit: str | None = None
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"the time limit must be a positive number of seconds, got {self.timeout_s!r}")
+        if self.memory_limit is not None and not _SIZE.fullmatch(self.memory_limit):
+            raise ValueError(f"memory limit {self.memory_limit!r} is not a size: give a number with a unit, "
+                             "e.g. 8GB, 512MB, 4GiB, or a share of the machine's memory, e.g. 50%")  # fmt: skip
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads!r}")
+
+    def settings(self, temp_dir: Path | None) -> dict[str, str | int]:
+        return {"memory_limit": self.memory_limit or default_memory_limit(),
+                "threads": self.threads or max(1, (os.cpu_count() or 2) // 2),
+                "temp_directory": "" if temp_dir is None else str(temp_dir)}  # fmt: skip
+
+
+def default_memory_limit() -> str:
+    """A quarter of the machine's memory, at most 4 GiB (DuckDB's own default is 80 %)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return f"{MAX_DEFAULT_MEMORY // 2**20}MiB"
+    return f"{min(physical // 4, MAX_DEFAULT_MEMORY) // 2**20}MiB"
+
+
+class QueryLimitError(RuntimeError):
+    """A query stopped at a bound of `QueryLimits`; the message names the bound and how to raise it."""
+
+
+def sandboxed_connection(limits: QueryLimits, temp_dir: Path | None) -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB that reaches no file (the `SANDBOX` settings), within `limits`,
+    its configuration locked so that no statement can switch any of it back.
+
+    Tables are given to it as Arrow data (`register`, `from_arrow`), so DuckDB itself never opens
+    a path: `enable_external_access` off then refuses every file function (read_csv, glob, COPY,
+    ATTACH, EXPORT, INSTALL, also inside EXPLAIN ANALYZE), and extensions are neither installed
+    nor loaded. It spills only into `temp_dir` (whose parent must exist; None: it does not spill)."""
+    con = duckdb.connect(":memory:", config={**SANDBOX, **limits.settings(temp_dir)})
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def _register_tables(con: duckdb.DuckDBPyConnection, root: Path, snapshot: Snapshot) -> None:
+    """Each table of the snapshot as an Arrow dataset over its Parquet parts.
+
+    No shared file is opened, so concurrent `odqa sql` calls, a refresh by another command, or an
+    open `duckdb` shell on catalog.duckdb cannot make the query fail."""
     import pyarrow.dataset as ds
 
-    con = duckdb.connect(":memory:", config=dict(SANDBOX))
     for table in known_tables(snapshot):
         parts = [str(p) for p in table_paths(root, snapshot, table)]
         if table not in SCHEMAS and not parts:
@@ -132,27 +195,61 @@ def _sandboxed_connection(root: Path, snapshot: Snapshot) -> duckdb.DuckDBPyConn
         # Older parts may lack a later column: the table's schema fills it with NULL.
         schema = schema_for(table) if table in SCHEMAS else pa.unify_schemas([pq.read_schema(p) for p in parts])
         con.register(table, ds.dataset(parts, schema=schema, format="parquet") if parts else schema.empty_table())
-    con.execute("SET lock_configuration = true")
-    return con
 
 
-def query_read_only(root: Path, snapshot: Snapshot, sql: str) -> pa.Table:
-    """Run a read-only query over the snapshot's tables and return the result as Arrow."""
+def query_read_only(root: Path, snapshot: Snapshot, sql: str, limits: QueryLimits, temp_dir: Path | None
+                    ) -> pa.Table:  # fmt: skip
+    """Run one read-only query over the snapshot's tables within `limits`; the result as Arrow."""
     check_read_only(sql)
     _refresh_for_shell(root, snapshot)
-    con = _sandboxed_connection(root, snapshot)
+    con = sandboxed_connection(limits, temp_dir)
+    watchdog = _Watchdog(con, limits.timeout_s)
     try:
-        *leading, last = duckdb.extract_statements(sql)
-        for statement in leading:
-            con.execute(statement)
-        relation = con.sql(last.query)
-        return relation.to_arrow_table() if relation is not None else pa.table({})
+        _register_tables(con, root, snapshot)
+        with watchdog:
+            relation = con.sql(sql)
+            return relation.to_arrow_table() if relation is not None else pa.table({})
+    except duckdb.InterruptException as exc:
+        if not watchdog.fired:
+            raise
+        raise QueryLimitError(f"the query ran past its time limit of {limits.timeout_s:g} s and was stopped; raise "
+                              "the limit with `odqa sql --timeout SECONDS` (`ws.sql(..., timeout_s=...)` in "
+                              "Python)") from exc  # fmt: skip
+    except duckdb.OutOfMemoryException as exc:
+        limit = limits.settings(temp_dir)["memory_limit"]
+        raise QueryLimitError(f"the query needs more than its memory limit of {limit} ({str(exc).splitlines()[0]}); "
+                              "raise the limit with `odqa sql --memory-limit SIZE`, e.g. 8GB "
+                              "(`ws.sql(..., memory_limit=...)` in Python)") from exc  # fmt: skip
     except (duckdb.PermissionException, duckdb.InvalidInputException) as exc:
         if isinstance(exc, duckdb.InvalidInputException) and "configuration" not in str(exc):
             raise
         raise ReadOnlyViolation(f"`odqa sql` reads only the workspace's tables: {exc}") from exc
     finally:
         con.close()
+
+
+class _Watchdog:
+    """Interrupts the connection's running query once `timeout_s` have passed (None: never)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, timeout_s: float | None) -> None:
+        self.fired = False
+        self._timer = None if timeout_s is None else threading.Timer(timeout_s, self._fire, args=(con,))
+        if self._timer is not None:
+            self._timer.daemon = True
+
+    def _fire(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.fired = True
+        with contextlib.suppress(duckdb.Error):  # the query ended (its connection closed) as time ran out
+            con.interrupt()
+
+    def __enter__(self) -> _Watchdog:
+        if self._timer is not None:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _refresh_for_shell(root: Path, snapshot: Snapshot) -> None:

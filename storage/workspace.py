@@ -13,9 +13,15 @@ import pyarrow as pa
 from . import catalog, tables
 from .atomic import slug
 from .snapshot import Snapshot, StageRecord, load_snapshot
+from .workspace_marker import claim_workspace, mark_workspace, require_workspace, workspace_root
 
 ENV_VAR = "ODQA_WORKSPACE"
 DEFAULT_DIR = "workspace"
+
+
+def chosen_path(path: str | os.PathLike[str] | None) -> str | os.PathLike[str]:
+    """`--workspace` beats `$ODQA_WORKSPACE` beats `./workspace`."""
+    return path if path not in (None, "") else os.environ.get(ENV_VAR) or DEFAULT_DIR
 
 
 @dataclass(frozen=True)
@@ -24,12 +30,28 @@ class Workspace:
 
     @classmethod
     def resolve(cls, path: str | os.PathLike[str] | None = None) -> Workspace:
-        """`--workspace` beats `$ODQA_WORKSPACE` beats `./workspace`."""
-        chosen = path if path not in (None, "") else os.environ.get(ENV_VAR) or DEFAULT_DIR
-        root = Path(chosen).expanduser().resolve()
-        if root.exists() and not root.is_dir():
-            raise NotADirectoryError(f"workspace {root} exists and is not a directory")
-        root.mkdir(parents=True, exist_ok=True)
+        """The workspace a writer opens: `--workspace` beats `$ODQA_WORKSPACE` beats `./workspace`.
+
+        A new or empty folder is created and becomes a workspace; a folder that holds other files
+        and is not a workspace is refused (`storage.workspace_marker`)."""
+        root = workspace_root(chosen_path(path))
+        claim_workspace(root)
+        return cls(root)
+
+    @classmethod
+    def open_existing(cls, path: str | os.PathLike[str] | None = None) -> Workspace:
+        """The workspace a reader opens (same choice as `resolve`): it must be one already, and
+        nothing is created in a folder that is not."""
+        root = workspace_root(chosen_path(path))
+        require_workspace(root)
+        return cls(root)
+
+    @classmethod
+    def init(cls, path: str | os.PathLike[str] | None = None) -> Workspace:
+        """`odqa init`: make the folder a workspace (created when missing), even when it holds
+        other files; a workspace stays as it is."""
+        root = workspace_root(chosen_path(path))
+        mark_workspace(root)
         return cls(root)
 
     # -- folders --------------------------------------------------------------------------
@@ -116,9 +138,20 @@ class Workspace:
     ) -> Iterator[pa.RecordBatch]:
         return tables.scan_table(self.root, self.snapshot(), table, columns, batch_size, filter=filter)
 
-    def sql(self, query: str) -> pa.Table:
-        """Read-only SQL over the catalog (writes are refused)."""
-        return catalog.query_read_only(self.root, self.snapshot(), query)
+    def sql(self, query: str, limits: catalog.QueryLimits | None = None) -> pa.Table:
+        """One read-only query over every table, in a sandbox, within `limits` (default: 60 s, a
+        quarter of the memory, at most 4 GiB); writes are refused."""
+        return catalog.query_read_only(self.root, self.snapshot(), query, limits or catalog.QueryLimits(),
+                                       self.duckdb_temp_dir)  # fmt: skip
+
+    @property
+    def duckdb_temp_dir(self) -> Path | None:
+        """Where the sandboxed DuckDB connections spill what exceeds their memory limit; None in
+        a workspace this process cannot write (its queries then stay within memory)."""
+        try:
+            return self.tmp_dir / "duckdb"
+        except OSError:
+            return None
 
     def refresh_catalog(self) -> None:
         catalog.refresh_catalog(self.root, self.snapshot(), strict=True)

@@ -12,6 +12,7 @@ import importlib
 from .groups import main
 
 VERB_MODULES = [
+    "init",
     "ingest",
     "imports",
     "export",

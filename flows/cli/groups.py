@@ -42,7 +42,14 @@ SERVERLESS_VERBS = frozenset({"sql", "serve", "index plan", "server status", "se
                               "server list"})  # fmt: skip
 # Verbs that run no flow at all, so they never look for a Prefect server (`odqa search` answers
 # question after question in this process and writes nothing).
-PREFECTLESS_VERBS = frozenset({"search", "release show", "release pin"})
+PREFECTLESS_VERBS = frozenset({"search", "init", "release show", "release pin"})
+# Verbs that bring data in, and so may be the first verb of a workspace: they create and mark a new
+# or empty folder (`storage.Workspace.resolve`). Every other verb needs a workspace odqa made
+# (`Workspace.open_existing`), so a mistyped -w creates nothing; the verbs below need none at all.
+CREATING_VERBS = frozenset({"demo", "ingest wikipedia", "ingest categories", "import passages", "import questions",
+                            "import run", "questions trex", "questions paq", "reindex"})  # fmt: skip
+WORKSPACELESS_VERBS = frozenset({"init", "index plan", "server list", "server status", "server stop",
+                                 "server reset"})  # fmt: skip
 
 
 class VerbCommand(click.Command):
@@ -53,9 +60,23 @@ class VerbCommand(click.Command):
     def invoke(self, ctx: click.Context):
         root = ctx.find_root()
         verb = " ".join(ctx.command_path.split()[1:])
+        if root.obj is not None and verb not in WORKSPACELESS_VERBS:
+            open_verb_workspace(root.obj.get("workspace"), creating=verb in CREATING_VERBS)
         if root.obj is not None and "prefect_api" not in root.obj and verb not in PREFECTLESS_VERBS:
             use_prefect(root, start=verb not in SERVERLESS_VERBS)
         return super().invoke(ctx)
+
+
+def open_verb_workspace(chosen: str | None, creating: bool) -> None:
+    """Before anything else of a verb runs (its Prefect server included): a verb that brings data in
+    opens the workspace for writing (a new or empty folder becomes one), any other one refuses a
+    folder odqa did not make a workspace, creating nothing in it."""
+    from ...storage import Workspace
+
+    try:
+        Workspace.resolve(chosen) if creating else Workspace.open_existing(chosen)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 class OdqaGroup(click.Group):
@@ -150,10 +171,10 @@ def prefect_api_of(ctx: click.Context) -> PrefectApi:
 
 
 def workspace_of(ctx: click.Context) -> Workspace:
-    """The workspace chosen by the global option (resolved when a verb needs it)."""
+    """The workspace chosen by the global option (the verb opened or created it already)."""
     from ...storage import Workspace
 
-    return Workspace.resolve(ctx.find_root().obj.get("workspace"))
+    return Workspace.open_existing(ctx.find_root().obj.get("workspace"))
 
 
 def workspace_arg(ctx: click.Context) -> str:
@@ -230,6 +251,17 @@ def checked_name(ctx: click.Context, param: click.Parameter, value: str | None) 
         return ids.check_model_id(value) if param.name == "model_id" else ids.check_run_name(value)
     except ids.IdRuleError as error:
         raise click.BadParameter(str(error)) from None
+
+
+def passages_per_question(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """A `--k` / `--depth` option's check: 1 to the one limit of every search (`ODQA_MAX_K`,
+    `pipelines.search.limits`), refused before anything starts."""
+    from ...pipelines.search.limits import checked_k
+
+    try:
+        return checked_k(value, f"--{param.name}")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
 
 
 def parse_cutoffs(value: str) -> list[int]:

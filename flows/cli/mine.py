@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
+from .groups import INDEX_TYPES, MODEL_HELP, main, passages_per_question, workspace_arg
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
 
@@ -15,7 +15,8 @@ from .runner_options import runner_options, runner_settings
 @click.option("--split", required=True)
 @click.option("--mode", type=click.Choice(["single-set", "multi-set"]), default="single-set", show_default=True,
               help="single-set: new negatives = BM25 P1 u mined P2; multi-set: P2 only (TASER).")  # fmt: skip
-@click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True, help="Passages retrieved.")
+@click.option("--depth", type=int, default=100, show_default=True, callback=passages_per_question,
+              help="Passages retrieved.")
 @click.option("--count", type=click.IntRange(min=1), default=30, show_default=True, help="Mined negatives kept.")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
 @click.option("--question-batch", type=click.IntRange(min=1), default=4096, show_default=True,

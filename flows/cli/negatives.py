@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import negatives_group, workspace_arg
+from .groups import negatives_group, passages_per_question, workspace_arg
 from .report import echo_report
 
 
@@ -14,7 +14,8 @@ from .report import echo_report
 @click.option("--count", type=click.IntRange(1, 30), default=1, show_default=True,
               help="Negatives per question (DPR: 1).")  # fmt: skip
 @click.option(
-    "--depth", type=int, default=100, show_default=True, help="BM25 passages considered per question."
+    "--depth", type=int, default=100, show_default=True, callback=passages_per_question,
+    help="BM25 passages considered per question.",
 )
 @click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
 @click.pass_context

@@ -11,6 +11,7 @@ from .groups import (
     RETRIEVER_CHOICES,
     checked_name,
     main,
+    passages_per_question,
     workspace_arg,
 )
 from .report import echo_report
@@ -22,14 +23,15 @@ from .report import echo_report
 @click.option("--split", required=True, help="Split of the dataset, e.g. test.")
 @click.option("--run", "run", required=True, callback=checked_name,
               help=f"Name of the run (replaces an earlier run of that name). {NAME_RULE_HELP}")
-@click.option("--k", type=int, default=100, show_default=True, help="Passages per question.")
+@click.option("--k", type=int, default=100, show_default=True, callback=passages_per_question,
+              help="Passages per question (at most $ODQA_MAX_K, default 10,000).")  # fmt: skip
 @click.option("--k1", type=float, default=0.9, show_default=True, help="BM25 k1.")
 @click.option("--b", type=float, default=0.4, show_default=True, help="BM25 b.")
 @click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
 @click.option("--model", default=None, help=f"dense/hybrid: {MODEL_HELP}")
 @click.option("--alpha", type=float, default=None, help="hybrid: weight of BM25 (default: the tuned one).")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
-@click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True,
+@click.option("--depth", type=int, default=100, show_default=True, callback=passages_per_question,
               help="hybrid: candidates taken from each side before fusing (TASER's K').")
 @click.option("--trec", type=click.Path(dir_okay=False), default=None,
               help="Also write the run as a TREC file (and its run card FILE.yaml); an existing file is refused "

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import click
 
-from .groups import INDEX_TYPES, MODEL_HELP, RETRIEVER_CHOICES, main
+from .groups import INDEX_TYPES, MODEL_HELP, RETRIEVER_CHOICES, main, passages_per_question
 
 PROMPT = "question> "
 TEXT_WIDTH = 240
@@ -52,7 +52,8 @@ def echo_hits(question: str, hits: list) -> None:
 @click.option("--retriever", type=click.Choice(RETRIEVER_CHOICES), default=None,
               help="Default: dense when --model is given, else bm25.")  # fmt: skip
 @click.option("--model", default=None, help=MODEL_HELP)
-@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--k", type=int, default=5, show_default=True, callback=passages_per_question,
+              help="Passages per question (at most $ODQA_MAX_K, default 10,000).")  # fmt: skip
 @click.option("--alpha", type=float, default=None, help="Hybrid weight (default: the tuned one).")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
 @click.pass_context

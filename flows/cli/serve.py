@@ -28,10 +28,17 @@ from .groups import INDEX_TYPES, RETRIEVER_CHOICES, main, workspace_arg
 @click.option("--encoder-workers", type=click.IntRange(min=1, max=64), default=None,
               help="Question-encoding batches run at once, threads sharing the model "
                    "(default: cores / torch threads).")
+@click.option("--max-url-bytes", type=click.IntRange(min=64), default=None,
+              help="Longest request line (URL); a longer one gets 414 (default 8,192).")
+@click.option("--max-header-bytes", type=click.IntRange(min=256), default=None,
+              help="Largest request head (request line and headers); a larger one gets 431 (default 65,536).")
+@click.option("--max-headers", type=click.IntRange(min=1), default=None,
+              help="Most header fields of a request; more get 431 (default 100).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, model: str | None, index_type: str | None, retriever: str,
           max_wait_ms: float, max_batch: int, poll_seconds: float, torch_threads: int | None,
-          encoder_workers: int | None) -> None:  # fmt: skip
+          encoder_workers: int | None, max_url_bytes: int | None, max_header_bytes: int | None,
+          max_headers: int | None) -> None:  # fmt: skip
     """Serve POST /search, GET /health, GET /index, a search page at / and API docs at /docs (offline).
 
     Answers from the indexes the workspace published last (every `odqa bm25 index`, `odqa index
@@ -43,4 +50,5 @@ def serve(ctx: click.Context, host: str, port: int, model: str | None, index_typ
     run_service(workspace_arg(ctx), host, port, model=model, index_type=index_type, retriever=retriever,
                 max_wait_ms=max_wait_ms,
                 max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads,
-                encoder_workers=encoder_workers)  # fmt: skip
+                encoder_workers=encoder_workers, head_limits={"max_url_bytes": max_url_bytes,
+                "max_header_bytes": max_header_bytes, "max_headers": max_headers})  # fmt: skip

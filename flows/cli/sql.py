@@ -48,13 +48,27 @@ def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--max-width", default=60, show_default=True, help="Truncate wide text cells in table output.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              metavar="SECONDS", help="Stop the query after this many seconds.")  # fmt: skip
+@click.option("--memory-limit", default=None, metavar="SIZE",
+              help="DuckDB's memory for the query, e.g. 8GB or 50% (default: a quarter of the machine's memory, "
+                   "at most 4 GiB); beyond it DuckDB spills to <workspace>/tmp/duckdb.")  # fmt: skip
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="DuckDB's threads (default: half the cores).")
 @click.pass_context
-def sql_command(ctx: click.Context, query: str, fmt: str, max_width: int) -> None:
-    """Run a read-only SQL QUERY over every workspace table (DuckDB views)."""
-    from ...storage.catalog import ReadOnlyViolation
+def sql_command(ctx: click.Context, query: str, fmt: str, max_width: int, timeout_s: float, memory_limit: str | None,
+                threads: int | None) -> None:  # fmt: skip
+    """Run one read-only SQL QUERY over every workspace table (DuckDB views), within a time and
+    memory limit."""
+    from ...storage.catalog import QueryLimitError, QueryLimits, ReadOnlyViolation
 
     try:
-        result = workspace_of(ctx).sql(query)
+        limits = QueryLimits(timeout_s=timeout_s, memory_limit=memory_limit, threads=threads)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory-limit") from exc
+    try:
+        result = workspace_of(ctx).sql(query, limits)
     except ReadOnlyViolation as exc:
         raise click.UsageError(str(exc)) from exc
+    except QueryLimitError as exc:
+        raise click.ClickException(str(exc)) from exc
     click.echo(render(result, fmt, max_width))

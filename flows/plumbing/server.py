@@ -182,7 +182,10 @@ def workspace_of(chosen: str | None) -> Path:
 
 def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
     """Server (started if needed), pool, limit, deployments and a worker in the foreground."""
+    from ...storage import Workspace
+
     print(f"odqa server: workspace {workspace}; starting its Prefect server if it is not running ...", flush=True)
+    Workspace.resolve(workspace)  # the UI's runs may bring the first data in: a new or empty folder becomes one
     status = ensure_server(workspace, port=port)
     record = status.record
     if status.note:

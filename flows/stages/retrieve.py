@@ -22,6 +22,7 @@ from ...pipelines.dense.hybrid import DEFAULT_DEPTH
 from ...pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
 from ...pipelines.retrieval.run_cards import run_card_path, write_run_card
 from ...pipelines.retrieval.trec import write_trec_run
+from ...pipelines.search.limits import checked_k
 from ...pipelines.search.searcher import search_run
 from ...storage import Workspace
 from ...storage.choices import IndexType, RetrieverKind
@@ -127,8 +128,7 @@ def retrieve(ws: Workspace, choice: RetrieverChoice, dataset: str, split: str, r
     """The retrieve stage: no-op check, run rows (BM25 in mapped batches on `runner`, if given),
     optional TREC file (replacing an existing one only with `force`)."""
     check_run_name(run)
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+    checked_k(k)
     if trec:
         check_trec_targets(ws, trec, force)  # before the run, not after it
     opened = open_searcher(ws, choice, ensure_index=ensure_dense_index)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...pipelines.search.limits import checked_k
 from ...storage import Workspace
 from ...storage.choices import IndexType, RetrieverKind
 from ...storage.passages import passages_by_id
@@ -35,15 +36,14 @@ class SearchSession:
         from ...models.searchers import RetrieverChoice, open_searcher
 
         choice = RetrieverChoice(kind=retriever, model=model, index_type=index_type, alpha=alpha)
-        self.ws = Workspace.resolve(workspace)
+        self.ws = Workspace.open_existing(workspace)
         opened = open_searcher(self.ws, choice)
         self.searcher = opened.searcher
         self.alpha: float | None = opened.config.get("alpha")  # hybrid: the weight of BM25 in use
 
     def ask(self, questions: list[str], k: int) -> list[SearchHit]:
         """Top-k passages (rank, score, passage_id, title, text) for each free-text question."""
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
+        checked_k(k)
         ranked = self.searcher.search(list(questions), k).ranked()
         texts = passages_by_id(self.ws, sorted({pid for found in ranked for pid, _ in found}))
         return [SearchHit(question, rank, score, pid, *texts.get(pid, (None, None)))

@@ -351,8 +351,11 @@ class DenseIndex:
         """Top-k of each query as a run table: question_id, passage_id, rank (1-based), score.
 
         ``question_ids`` names the queries in order. Rows an approximate index could not fill
-        (fewer than k found) are left out, so ranks run 1..found for each question.
+        (fewer than k found) are left out, so ranks run 1..found for each question. FAISS is
+        asked for at most as many rows as the index holds (the rows past them would be left out
+        anyway): it allocates n x k scores and labels, 1.2 GB per question for k = 10**8.
         """
+        k = max(1, min(int(k), self.num_vectors))
         if len(question_ids) != len(queries):
             raise ValueError(f"got {len(question_ids)} question ids for {len(queries)} query vectors")
         if not isinstance(question_ids, pa.Array | pa.ChunkedArray):

@@ -17,6 +17,7 @@ from typing import Any
 from ..retrieval.bm25 import DEFAULT_B, DEFAULT_K1, IndexInfo
 from ..retrieval.java import JavaInfo, ensure_java, start_quiet_jvm
 from .hits import Hits
+from .limits import within_corpus
 
 
 class Bm25Searcher:
@@ -36,6 +37,7 @@ class Bm25Searcher:
         self.threads = threads or os.cpu_count() or 1
         self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index.path))
         self._searcher.set_bm25(self.k1, self.b)
+        self.documents = int(self._searcher.get_total_num_docs())
         self._lock = threading.Lock()  # one JVM searcher: batches take turns
 
     def search(self, questions: Sequence[str], k: int) -> Hits:
@@ -45,7 +47,8 @@ class Bm25Searcher:
             java_queries.add(query)
             java_qids.add(qid)
         with self._lock:
-            results = self._searcher.batch_search(java_queries, java_qids, int(k), int(self.threads))
+            results = self._searcher.batch_search(java_queries, java_qids, within_corpus(k, self.documents),
+                                                  int(self.threads))  # fmt: skip
             found = {entry.getKey(): [(hit.docid, float(hit.score)) for hit in entry.getValue()]
                      for entry in results.entrySet().toArray()}  # fmt: skip
         return Hits.from_ranked([found.get(qid, []) for qid in qids])

@@ -8,6 +8,7 @@ from typing import Any
 from ..dense.faiss_index import DenseIndex
 from ..dense.retriever_protocol import DenseRetriever
 from .hits import Hits, positions
+from .limits import checked_k
 
 
 class DenseSearcher:
@@ -26,6 +27,7 @@ class DenseSearcher:
         self.batch_size = batch_size
 
     def search(self, questions: Sequence[str], k: int) -> Hits:
+        checked_k(k)
         vectors = self.encoder.encode_questions(list(questions), batch_size=self.batch_size, show_progress=False)
         return Hits.from_run(self.index.search_run(vectors, k, positions(len(questions))), len(questions))
 

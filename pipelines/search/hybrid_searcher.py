@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..dense.hybrid import DEFAULT_DEPTH, fuse, fusion_candidates
 from .hits import Hits
+from .limits import checked_k
 from .searcher import Searcher
 
 
@@ -40,6 +41,7 @@ class HybridSearcher:
                                  depth)  # fmt: skip
 
     def search(self, questions: Sequence[str], k: int) -> Hits:
+        checked_k(k)  # each side keeps its own candidates within its corpus
         return Hits.from_run(fuse(self.candidates(questions, k), self.alpha, k), len(questions))
 
     def describe(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pyarrow as pa
 from ...storage.choices import RetrieverKind
 from ..progress import progress
 from .hits import Hits
+from .limits import checked_k
 
 QUESTION_CHUNK = 1024  # questions searched per step of a run
 
@@ -35,8 +36,7 @@ def search_run(searcher: Searcher, questions: pa.Table, k: int, chunk: int = QUE
     """Run rows (question_id, passage_id, rank, score) of every question of `questions` (columns
     question_id, question), `chunk` questions at a time. The same chunks give the same rows
     whichever process searches them (encoders pad within what they are given)."""
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+    checked_k(k)
     ids = questions.column("question_id").cast(pa.string()).combine_chunks()
     texts = questions.column("question").to_pylist()
     if len(set(ids.to_pylist())) != len(ids):

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from odqa.service.app import create_app
+from odqa.storage import Workspace
 from tests.serve.harness import ServiceThread
 from tests.serve.hostile_requests import REFUSED
 
@@ -23,7 +24,8 @@ TIMEOUT_S = 1.0
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceThread]:
-    app = create_app(tmp_path_factory.mktemp("edge") / "ws", poll_s=0.2, body_timeout_s=TIMEOUT_S)
+    ws = Workspace.resolve(tmp_path_factory.mktemp("edge") / "ws")
+    app = create_app(ws.root, poll_s=0.2, body_timeout_s=TIMEOUT_S)
     with ServiceThread(app, header_timeout_s=TIMEOUT_S) as running:
         yield running
 

@@ -38,8 +38,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 class ServiceThread:
     """The app on a uvicorn server in a daemon thread of this process."""
 
-    def __init__(self, app: Any, *, header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
-        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, header_timeout_s=header_timeout_s))
+    def __init__(self, app: Any, *, header_timeout_s: float = HEADER_TIMEOUT_S, **head_limits: int) -> None:
+        self.server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, header_timeout_s=header_timeout_s,
+                                                    **head_limits))  # fmt: skip
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""
 

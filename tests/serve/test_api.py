@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from odqa.service.app import create_app
+from odqa.storage import Workspace
 from tests.serve.harness import ServiceThread
 
 QUESTION = "Where was Marie Curie born?"
@@ -87,9 +88,9 @@ BAD = [
     ({"question": "   "}, 422, "question is empty"),
     ({"question": ""}, 422, "question is empty"),
     ({"question": "x" * 1_000_000}, 422, "1,000,000 characters; the limit is 2,000"),
-    ({"question": "x", "k": 0}, 422, "k must be between 1 and 10,000"),
-    ({"question": "x", "k": -3}, 422, "k must be between 1 and 10,000"),
-    ({"question": "x", "k": 10_001}, 422, "k must be between 1 and 10,000"),
+    ({"question": "x", "k": 0}, 422, "k must be at least 1, got 0"),
+    ({"question": "x", "k": -3}, 422, "k must be at least 1, got -3"),
+    ({"question": "x", "k": 10_001}, 422, "k=10,001 is over the limit of 10,000 passages per question"),
     ({"question": "x", "retriever": "splade"}, 400, "unknown retriever 'splade'"),
     ({"question": "x", "retriever": "hybrid"}, 400, "has no tuned alpha for this model (odqa tune-hybrid"),
     ({"question": "x", "model": "bert-base-uncased"}, 404, "is not served here"),
@@ -122,7 +123,7 @@ def test_malformed_or_oversized_bodies_are_refused_and_the_service_stays_up(serv
 
 
 def test_a_workspace_without_a_release_answers_503_until_one_appears(tmp_path: Path) -> None:
-    with ServiceThread(create_app(tmp_path / "empty", poll_s=0.2)) as empty:
+    with ServiceThread(create_app(Workspace.resolve(tmp_path / "empty").root, poll_s=0.2)) as empty:
         reply = _search(empty, {"question": QUESTION})
         assert reply.status_code == 503 and "build one (odqa bm25 index" in reply.json()["error"]
         assert requests.get(f"{empty.url}/health", timeout=10).json()["status"] == "no_index"

@@ -10,6 +10,7 @@ import requests
 
 from odqa.service.app import create_app
 from odqa.service.releases import model_display_name
+from odqa.storage import Workspace
 from tests.serve.harness import ServiceThread, minilm
 
 QUESTION = "Where was Marie Curie born?"
@@ -77,7 +78,7 @@ def test_bad_requests_get_an_error_object(service: ServiceThread, path: str, par
 
 
 def test_an_empty_workspace_answers_503(tmp_path: Path) -> None:
-    with ServiceThread(create_app(tmp_path / "ws", poll_s=0.2)) as empty:
+    with ServiceThread(create_app(Workspace.resolve(tmp_path / "ws").root, poll_s=0.2)) as empty:
         reply = _get(empty, "/v1/bm25/search", query=QUESTION)
     assert reply.status_code == 503 and "no index published" in reply.json()["error"]
 
