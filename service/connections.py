@@ -6,18 +6,26 @@ then one header line a minute was held forever (50 such sockets were held for 30
 closed). `HeaderDeadlineProtocol` closes a connection whose next request's headers are not
 complete within ``header_timeout_s`` of the connection opening or of its previous response.
 The body's deadline is the app's (`service.app.RequestLimits`), where a 408 can still be sent.
+
+Every request passes `service.hosts.HostCheck` first: a `Host` that is not an address the service
+listens on (nor a name allowed with ``--allowed-host`` / ``$ODQA_SERVE_ALLOWED_HOSTS``) is
+answered 421, so a page that rebinds its name to this machine cannot read search results.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .hosts import AllowedHosts, HostCheck, configured_hosts
+
 HEADER_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5
+ALLOWED_HOSTS_ENV = "ODQA_SERVE_ALLOWED_HOSTS"
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -59,9 +67,18 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def uvicorn_config(app: Any, host: str, port: int, *, header_timeout_s: float = HEADER_TIMEOUT_S) -> uvicorn.Config:
+def allowed_hosts(host: str, extra: Iterable[str] = ()) -> AllowedHosts:
+    """The `Host` names a service bound to ``host`` answers: its addresses, ``extra`` and
+    ``$ODQA_SERVE_ALLOWED_HOSTS``."""
+    return AllowedHosts.for_bind(host, [*extra, *configured_hosts(ALLOWED_HOSTS_ENV)])
+
+
+def uvicorn_config(app: Any, host: str, port: int, *, header_timeout_s: float = HEADER_TIMEOUT_S,
+                   extra_hosts: Iterable[str] = ()) -> uvicorn.Config:  # fmt: skip
     """How the service runs under uvicorn (`odqa serve` and the tests alike): one process, no
-    access log, the header deadline above, idle keep-alive connections closed after a few seconds."""
+    access log, the header deadline above, idle keep-alive connections closed after a few seconds,
+    and only its own `Host` names answered (`allowed_hosts`; ``extra_hosts``: ``--allowed-host``)."""
     protocol = type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": header_timeout_s})
+    app = HostCheck(app, allowed_hosts(host, extra_hosts), setting=f"--allowed-host or ${ALLOWED_HOSTS_ENV}")
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
                           http=protocol, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip

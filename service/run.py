@@ -15,13 +15,15 @@ from .releases import BatchSettings
 
 def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: RetrieverKind,
           max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
-          encoder_workers: int | None = None, index_type: IndexType | None = None) -> None:  # fmt: skip
+          encoder_workers: int | None = None, index_type: IndexType | None = None,
+          allowed_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
     """Run the service with uvicorn until interrupted (one process, one event loop).
 
     `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
     are busy with other work, fewer threads avoid OpenMP barriers waiting for descheduled threads
     (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
-    default enough to give every core a torch thread (cores / torch_threads)."""
+    default enough to give every core a torch thread (cores / torch_threads). `allowed_hosts`:
+    `Host` names answered besides the service's own addresses (`service.hosts`)."""
     import faiss
     import torch
     import uvicorn
@@ -47,4 +49,4 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
                      batching=BatchSettings(max_wait_s=max_wait_ms / 1000, max_items=max_batch,
                                             encoder_workers=encoder_workers))  # fmt: skip
     log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
-    uvicorn.Server(uvicorn_config(app, host, port)).run()
+    uvicorn.Server(uvicorn_config(app, host, port, extra_hosts=allowed_hosts)).run()

@@ -28,10 +28,15 @@ from .groups import INDEX_TYPES, RETRIEVER_CHOICES, main, workspace_arg
 @click.option("--encoder-workers", type=click.IntRange(min=1, max=64), default=None,
               help="Question-encoding batches run at once, threads sharing the model "
                    "(default: cores / torch threads).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this Host name (repeatable; also $ODQA_SERVE_ALLOWED_HOSTS, "
+                   "comma-separated; '*' answers any). By default only the addresses it listens on are answered "
+                   "(127.0.0.1, localhost, [::1]; on 0.0.0.0 also any IP address and this machine's name): "
+                   "a web page that points its own name at this machine gets 421.")  # fmt: skip
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, model: str | None, index_type: str | None, retriever: str,
           max_wait_ms: float, max_batch: int, poll_seconds: float, torch_threads: int | None,
-          encoder_workers: int | None) -> None:  # fmt: skip
+          encoder_workers: int | None, allowed_hosts: tuple[str, ...]) -> None:  # fmt: skip
     """Serve POST /search, GET /health, GET /index, a search page at / and API docs at /docs (offline).
 
     Answers from the indexes the workspace published last (every `odqa bm25 index`, `odqa index
@@ -43,4 +48,4 @@ def serve(ctx: click.Context, host: str, port: int, model: str | None, index_typ
     run_service(workspace_arg(ctx), host, port, model=model, index_type=index_type, retriever=retriever,
                 max_wait_ms=max_wait_ms,
                 max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads,
-                encoder_workers=encoder_workers)  # fmt: skip
+                encoder_workers=encoder_workers, allowed_hosts=allowed_hosts)  # fmt: skip
