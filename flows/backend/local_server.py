@@ -488,10 +488,14 @@ def watched_pids() -> set[int]:
 
 def ensure_watchdog(paths: ServerPaths, record: ServerRecord) -> int | None:
     """Start a watchdog for ``record``'s running server when none watches it (it was killed, or
-    died) and record it (the caller holds the lock); its pid, None when one was watching."""
-    if record.watchdog_pid and watchdog_target(record.watchdog_pid) == record.pid:
-        return None
-    if record.pid in watched_pids():
+    died) and record it (the caller holds the lock); its pid, None when one was watching.
+    Without /proc a watchdog's command line cannot be read: the recorded one being alive counts."""
+    if not Path("/proc/self/cmdline").is_file():
+        watched = bool(record.watchdog_pid) and process_alive(record.watchdog_pid)
+    else:
+        recorded = watchdog_target(record.watchdog_pid) if record.watchdog_pid else None
+        watched = recorded == record.pid or record.pid in watched_pids()
+    if watched:
         return None
     watchdog = launch_watchdog(record.pid, record.port, paths.workspace, paths.server_log)
     write_record(paths, replace(record, watchdog_pid=watchdog))
@@ -888,10 +892,9 @@ def watch_unwatched(servers: list[FoundServer]) -> list[FoundServer]:
         record = read_record(server.workspace) if server.workspace_exists else None
         if record is not None and record.pid == server.pid:
             started = watch_workspace_server(server.workspace, record)
-        else:  # its workspace is gone, or records another server: the new watchdog stops it
+        else:  # its workspace is gone (stopped at the first check), or records another server (stopped when idle)
             started = launch_watchdog(server.pid, server.port, server.workspace, ServerPaths(server.workspace).server_log)
         watched.append(replace(server, watchdog=True, watchdog_started=started is not None))
-        watched.append(replace(server, watchdog=True, watchdog_started=True))
     return watched
 
 

@@ -9,8 +9,8 @@ temporary workspaces left 22 servers (5.3 GB of RSS), 18 of them for folders tha
 existed. `flows.backend.local_server.ensure_server` starts one watchdog per server, detached like
 the server, as ``python -m odqa.flows.backend.watchdog SERVER_PID WORKSPACE PORT``. It checks every
 ``$ODQA_PREFECT_WATCH_S`` seconds (default 30), the first time at once, and exits only once the
-server's process is gone: a check that fails (an error reading the workspace, the server not
-answering) is logged and the watch goes on. A watchdog that was killed anyway is replaced by the
+server's process is gone: a check that fails (a file of the workspace it cannot read, a lock it
+cannot take) is logged and the watch goes on; so is a malformed ``$ODQA_UMASK``. A watchdog that was killed anyway is replaced by the
 next `ensure_server`, `odqa server status` or `odqa server list` (`local_server.ensure_watchdog`).
 
 It creates nothing in the workspace: once the folder is gone it only stops the server, and the
@@ -134,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 3:
         print("usage: python -m odqa.flows.backend.watchdog SERVER_PID WORKSPACE PORT", file=sys.stderr)
         return 2
-    apply_umask()
+    try:
+        apply_umask()
+    except ValueError as error:  # the watch matters more than the modes of its log lines
+        print(f"odqa watchdog: {error}; the umask stays as it was", flush=True)
     why = watch(int(args[0]), Path(args[1]), int(args[2]))
     print(f"odqa watchdog: {why}", flush=True)
     return 0

@@ -42,9 +42,12 @@ def serve(ctx: click.Context, host: str, port: int, model: str | None, index_typ
     Answers from the indexes the workspace published last (every `odqa bm25 index`, `odqa index
     build` and `odqa reindex` publishes its builds) and follows them: a newly published release is
     loaded beside the old one and swapped in atomically; no Prefect server runs."""
+    from ...service.connections import allowed_hosts as answered_hosts
     from ...service.run import serve as run_service
 
     click.echo(f"odqa serve: http://{host}:{port}/ (docs at /docs); Ctrl-C stops", err=True)
+    click.echo(f"odqa serve: answers requests for Host {answered_hosts(host, allowed_hosts).describe()} "
+               "(--allowed-host adds one)", err=True)  # fmt: skip
     run_service(workspace_arg(ctx), host, port, model=model, index_type=index_type, retriever=retriever,
                 max_wait_ms=max_wait_ms,
                 max_batch=max_batch, poll_s=poll_seconds, torch_threads=torch_threads,

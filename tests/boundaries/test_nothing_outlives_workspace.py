@@ -68,7 +68,10 @@ def quick_watch() -> Iterator[None]:
 
 
 def _row(pid: int) -> str:
-    return next(line for line in list_lines() if line.split()[:1] == [str(pid)])
+    """The server's one row in `odqa server list`."""
+    rows = [line for line in list_lines() if line.split()[:1] == [str(pid)]]
+    assert len(rows) == 1, rows
+    return rows[0]
 
 
 @pytest.fixture(scope="module")
