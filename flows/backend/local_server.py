@@ -489,7 +489,11 @@ def watched_pids() -> set[int]:
 def ensure_watchdog(paths: ServerPaths, record: ServerRecord) -> int | None:
     """Start a watchdog for ``record``'s running server when none watches it (it was killed, or
     died) and record it (the caller holds the lock); its pid, None when one was watching.
-    Without /proc a watchdog's command line cannot be read: the recorded one being alive counts."""
+    Without /proc a watchdog's command line cannot be read: the recorded one being alive counts.
+    A recorded server whose working folder is not this workspace's (its pid reused by another
+    workspace's server, a record written by hand) gets none: a watchdog would stop it."""
+    if workspace_gone(record.pid, paths.workspace) is not None:
+        return None
     if not Path("/proc/self/cmdline").is_file():
         watched = bool(record.watchdog_pid) and process_alive(record.watchdog_pid)
     else:
