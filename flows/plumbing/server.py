@@ -295,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", default=POOL, help=f"process work pool name (default {POOL})")
     parser.add_argument("--no-deploy", action="store_true", help="do not run `prefect deploy --all`")
     args = parser.parse_args(argv)
-    apply_umask()
+    try:
+        apply_umask()
+    except ValueError as why:
+        parser.error(str(why))
     workspace = workspace_of(args.workspace)
     if args.action == "status":
         print("\n".join(status_lines(workspace)))
