@@ -17,17 +17,24 @@ parser is given more of them than the limit, so an oversized head costs at most 
 memory: the answer goes out, the connection is closed for writing, and whatever the client still
 sends is read and dropped for at most `LINGER_S` (so that it can read the answer before the close)
 instead of being kept. The body's size and deadline are the app's (`service.app.RequestLimits`).
+
+Every request passes `service.hosts.HostCheck` first: a `Host` that is not an address the service
+listens on (nor a name allowed with ``--allowed-host`` / ``$ODQA_SERVE_ALLOWED_HOSTS``) is
+answered 421, so a page that rebinds its name to this machine cannot read search results.
 """
 
 from __future__ import annotations
 
 import asyncio
 import http
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .hosts import AllowedHosts, HostCheck, configured_hosts
 
 HEADER_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5
@@ -35,6 +42,7 @@ MAX_URL_BYTES = 8 * 1024  # nginx's and uvicorn-h11's order of size: a GET query
 MAX_HEADER_BYTES = 64 * 1024  # the whole head: request line and every header field
 MAX_HEADERS = 100  # header fields (Apache's LimitRequestFields)
 LINGER_S = 2.0  # how long a refused client's further bytes are dropped before the connection closes
+ALLOWED_HOSTS_ENV = "ODQA_SERVE_ALLOWED_HOSTS"
 
 
 class BoundedHeadProtocol(HttpToolsProtocol):
@@ -164,12 +172,19 @@ class BoundedHeadProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
+def allowed_hosts(host: str, extra: Iterable[str] = ()) -> AllowedHosts:
+    """The `Host` names a service bound to ``host`` answers: its addresses, ``extra`` and
+    ``$ODQA_SERVE_ALLOWED_HOSTS``."""
+    return AllowedHosts.for_bind(host, [*extra, *configured_hosts(ALLOWED_HOSTS_ENV)])
+
+
 def uvicorn_config(app: Any, host: str, port: int, *, header_timeout_s: float = HEADER_TIMEOUT_S,
                    max_url_bytes: int = MAX_URL_BYTES, max_header_bytes: int = MAX_HEADER_BYTES,
-                   max_headers: int = MAX_HEADERS) -> uvicorn.Config:  # fmt: skip
+                   max_headers: int = MAX_HEADERS, extra_hosts: Iterable[str] = ()) -> uvicorn.Config:  # fmt: skip
     """How the service runs under uvicorn (`odqa serve` and the tests alike): one process, no
     access log, the bounded request heads above, idle keep-alive connections closed after a few
-    seconds."""
+    seconds, and only its own `Host` names answered (`allowed_hosts`; ``extra_hosts``:
+    ``--allowed-host``)."""
     for name, value in (("max_url_bytes", max_url_bytes), ("max_header_bytes", max_header_bytes),
                         ("max_headers", max_headers)):  # fmt: skip
         if value < 1:
@@ -177,5 +192,6 @@ def uvicorn_config(app: Any, host: str, port: int, *, header_timeout_s: float = 
     protocol = type("BoundedHeadProtocol", (BoundedHeadProtocol,), {
         "header_timeout_s": header_timeout_s, "max_url_bytes": max_url_bytes, "max_header_bytes": max_header_bytes,
         "max_headers": max_headers})  # fmt: skip
+    app = HostCheck(app, allowed_hosts(host, extra_hosts), setting=f"--allowed-host or ${ALLOWED_HOSTS_ENV}")
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
                           http=protocol, timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip

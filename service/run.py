@@ -16,7 +16,7 @@ from .releases import BatchSettings
 def serve(workspace: str | None, host: str, port: int, *, model: str | None, retriever: RetrieverKind,
           max_wait_ms: float, max_batch: int, poll_s: float, torch_threads: int | None = None,
           encoder_workers: int | None = None, index_type: IndexType | None = None,
-          head_limits: dict[str, int | None] | None = None) -> None:  # fmt: skip
+          head_limits: dict[str, int | None] | None = None, allowed_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
     """Run the service with uvicorn until interrupted (one process, one event loop).
 
     `torch_threads` are torch's intra-op threads, by default half the cores: on a host whose cores
@@ -24,7 +24,8 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
     (10x slower there, see benchmarks/RESULTS.md). `encoder_workers` batches run at once, by
     default enough to give every core a torch thread (cores / torch_threads). `head_limits` sets
     `service.connections.uvicorn_config`'s max_url_bytes, max_header_bytes and max_headers (None:
-    its default)."""
+    its default). `allowed_hosts`: `Host` names answered besides the service's own addresses
+    (`service.hosts`)."""
     import faiss
     import torch
     import uvicorn
@@ -51,4 +52,4 @@ def serve(workspace: str | None, host: str, port: int, *, model: str | None, ret
                                             encoder_workers=encoder_workers), address=f"http://{host}:{port}")  # fmt: skip
     log.info("torch intra-op threads: %d, encoder workers: %d", torch.get_num_threads(), encoder_workers)
     limits = {name: value for name, value in (head_limits or {}).items() if value is not None}
-    uvicorn.Server(uvicorn_config(app, host, port, **limits)).run()
+    uvicorn.Server(uvicorn_config(app, host, port, extra_hosts=allowed_hosts, **limits)).run()

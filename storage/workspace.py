@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
@@ -56,8 +57,13 @@ class Workspace:
 
     # -- folders --------------------------------------------------------------------------
     def _dir(self, name: str) -> Path:
+        """The workspace's folder ``name``, created when missing, but only inside a root that
+        exists: a process still holding a deleted workspace (a service, a worker) must never make
+        it again (docs/boundaries.md), so there it is only named, and whoever writes into it
+        fails with the path."""
         path = self.root / name
-        path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # no parents: the root is not made again
+            path.mkdir(exist_ok=True)
         return path
 
     @property
@@ -90,7 +96,7 @@ class Workspace:
         import uuid
 
         path = self.tmp_dir / f"{slug(purpose, 'work')}-{uuid.uuid4().hex[:8]}"
-        path.mkdir(parents=True)
+        path.mkdir()
         return path
 
     @property

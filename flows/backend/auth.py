@@ -79,10 +79,11 @@ def api_client(api_url: str, auth_string: str | None = None) -> PrefectClient:
     return PrefectClient(api_url, auth_string=chosen)
 
 
-def auth_status(api_url: str, home: Path) -> str:
+def auth_status(api_url: str, home: Path, stop: str = "odqa server stop") -> str:
     """One line for `odqa server status`: whether the running server requires the auth string,
     asked of the server itself (a GET without it: 401 when it is on), and whether the setting
-    now in force differs from it (it takes effect when the server starts)."""
+    now in force differs from it (it takes effect when the server starts again: ``stop`` is the
+    command that stops it)."""
     try:
         with urllib.request.urlopen(f"{api_url.rstrip('/')}/admin/version", timeout=10):
             required = False
@@ -98,7 +99,7 @@ def auth_status(api_url: str, home: Path) -> str:
         note = ""
     if wanted != required:
         note = (f"; {AUTH_ENV} is {'on' if wanted else 'off'} now, which takes effect when the server starts again "
-                "(`./run server stop`)")  # fmt: skip
+                f"(`{stop}`)")  # fmt: skip
     if required:
         return f"auth string: on (the API answers 401 without the secret in {home / AUTH_FILE}){note}"
     return f"auth string: off (any user of this machine can call the API; {AUTH_ENV}=on turns it on){note}"

@@ -23,7 +23,11 @@ A server that died or was killed is noticed by the next call (its pid is gone) a
 on the same database and port; so is a killed PostgreSQL postmaster under a live server (the
 server answers its health check without a database, so the cluster itself is checked). A
 watchdog beside the server (`flows.backend.watchdog`) stops it when the workspace folder is gone
-or when it has been idle for ``$ODQA_PREFECT_IDLE_S`` seconds (default one hour). Runs it was orchestrating that no live process owns anymore are
+or replaced (`workspace_gone`), killing it when it does not stop, or when it has been idle for
+``$ODQA_PREFECT_IDLE_S`` seconds (default one hour); a server found without one (its watchdog
+was killed) gets a new one from the next call, `odqa server status` or `list`
+(`ensure_watchdog`). Nothing that runs in the background creates a folder of the workspace: only
+a verb the user runs may create it (`ensure_server`). Runs it was orchestrating that no live process owns anymore are
 set to Crashed (see `crash_orphaned_runs`); the workspace's tables are untouched, since every
 write to them is atomic and independent of Prefect. A CLI call stamps the flow runs it creates
 with its process (`stamped_flow_runs`), so a call killed while the server lives on is noticed
@@ -38,6 +42,7 @@ import json
 import os
 import signal
 import socket
+import stat as file_stat
 import subprocess
 import sys
 import time
@@ -52,6 +57,7 @@ from typing import Any
 
 from .auth import api_client, client_auth_string, server_auth_string
 from .database import PrefectDatabase, database_name, prefect_database, sqlite_database
+from .file_modes import append_log
 from .postgres import Cluster, PostgresUnavailable, local_cluster
 
 HOST = "127.0.0.1"
@@ -61,7 +67,10 @@ STATE_DIR = "prefect"
 LOG_DIR = "prefect-logs"
 STARTUP_TIMEOUT_ENV = "ODQA_PREFECT_STARTUP_TIMEOUT"
 STARTUP_TIMEOUT_S = 300.0
+STOP_TIMEOUT_ENV = "ODQA_PREFECT_STOP_TIMEOUT"  # seconds a server gets after SIGTERM before SIGKILL
 STOP_TIMEOUT_S = 30.0
+SERVER_MODULE = "odqa.flows.backend.guarded_prefect"  # `prefect server start` behind the Host check
+WATCHDOG_MODULE = "odqa.flows.backend.watchdog"
 DATABASE_RECOVERY_S = 60.0  # how long a server may take to reconnect after PostgreSQL restarted
 # Environment of the caller the server must not inherit: the CLI's logging set-up (the server
 # writes its own log) and another server's address or database.
@@ -147,6 +156,7 @@ class ServerStatus:
     restarted_after: int | None = None  # pid of the server found dead
     crashed_runs: list[str] = field(default_factory=list)
     note: str | None = None  # the backend's fallback line, when it is SQLite
+    watchdog_started: int | None = None  # pid of the watchdog started for a running server that had none
 
 
 # -- processes ---------------------------------------------------------------------------------
@@ -236,32 +246,51 @@ def server_env(database: PrefectDatabase, port: int, home: Path) -> dict[str, st
 
 
 def launch(database: PrefectDatabase, port: int, home: Path, log: Path, detached: bool) -> subprocess.Popen:
-    """Start ``prefect server start`` on HOST:``port`` with ``database``, output appended to ``log``.
-    ``detached``: in a session of its own, so it outlives its caller and the terminal's Ctrl-C."""
+    """Start ``prefect server start`` (behind odqa's Host check: `flows.backend.guarded_prefect`)
+    on HOST:``port`` with ``database``, output appended to ``log``. ``detached``: in a session of
+    its own, so it outlives its caller and the terminal's Ctrl-C."""
     home.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as sink:
+    with append_log(log) as sink:
         sink.write(f"\n=== {_now()} prefect server start on {HOST}:{port}, {database.describe()}\n".encode())
         sink.flush()
         return subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port)],
+            [sys.executable, "-m", SERVER_MODULE, "server", "start", "--host", HOST, "--port", str(port)],
             env=server_env(database, port, home), cwd=home, stdin=subprocess.DEVNULL, stdout=sink,
             stderr=subprocess.STDOUT, start_new_session=detached,
         )  # fmt: skip
 
 
-def terminate(pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM (the server shuts its services down), SIGKILL after ``timeout``."""
+def stop_timeout() -> float:
+    """Seconds a server gets to stop after SIGTERM (``$ODQA_PREFECT_STOP_TIMEOUT``, default 30)."""
+    return float(os.environ.get(STOP_TIMEOUT_ENV) or STOP_TIMEOUT_S)
+
+
+def terminate(pid: int, timeout: float | None = None, group: bool = False) -> None:
+    """SIGTERM (the server shuts its services down), SIGKILL after ``timeout`` (default
+    `stop_timeout`). ``group``: when ``pid`` leads a process group of its own (a detached server),
+    the SIGKILL goes to the whole group, and what is left of the group once ``pid`` is gone is
+    killed too: nothing it started outlives it."""
+    leader = group and _leads_group(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (stop_timeout() if timeout is None else timeout)
     while process_alive(pid) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.2)
-    if process_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if leader:
+            os.killpg(pid, signal.SIGKILL)
+        elif process_alive(pid):
             os.kill(pid, signal.SIGKILL)
     _reap(pid)
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
 
 
 def _reap(pid: int) -> None:
@@ -280,13 +309,17 @@ def read_record(workspace: Path) -> ServerRecord | None:
 
 
 def write_record(paths: ServerPaths, record: ServerRecord) -> None:
-    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    """Write the record (under `_locked`, which made sure its folder exists)."""
     atomic_write_json(paths.record, asdict(record))
 
 
 @contextlib.contextmanager
-def _locked(paths: ServerPaths) -> Iterator[None]:
-    paths.state_dir.mkdir(parents=True, exist_ok=True)
+def _locked(paths: ServerPaths, create: bool = True) -> Iterator[None]:
+    """The workspace's server lock for the block. ``create``: a verb the user runs may create the
+    workspace's state folder; everything else (stopping, a watchdog) needs it to exist, and
+    raises FileNotFoundError when it does not: a deleted workspace is never made again."""
+    if create:
+        paths.state_dir.mkdir(parents=True, exist_ok=True)
     with paths.lock.open("a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -325,7 +358,10 @@ def ensure_server(workspace: Path, port: int | None = None) -> ServerStatus:
         record = read_record(workspace)
         if record is not None and is_prefect_server(record.pid):
             wait_healthy(record.api_url, lambda: is_prefect_server(record.pid), timeout, Path(record.log))
-            status = ServerStatus(record, note=restart_dead_cluster(record))
+            status = ServerStatus(record, note=restart_dead_cluster(record, workspace))
+            watchdog = ensure_watchdog(paths, record)
+            if watchdog is not None:
+                status.record, status.watchdog_started = replace(record, watchdog_pid=watchdog), watchdog
         else:
             status = _start_server(paths, workspace, record, port, timeout)
     if not status.started:  # runs of calls killed since: only those stamped with a dead pid are judged
@@ -349,9 +385,9 @@ def _start_server(paths: ServerPaths, workspace: Path, previous: ServerRecord | 
     try:
         wait_healthy(fresh.api_url, lambda: process.poll() is None, timeout, paths.server_log)
     except BaseException:
-        terminate(process.pid)
+        terminate(process.pid, group=True)
         raise
-    fresh = replace(fresh, watchdog_pid=launch_watchdog(fresh, workspace, paths.server_log))
+    fresh = replace(fresh, watchdog_pid=launch_watchdog(fresh.pid, fresh.port, workspace, paths.server_log))
     write_record(paths, fresh)
     return ServerStatus(fresh, started=True, note=database.note,
                         restarted_after=previous.pid if previous is not None else None)  # fmt: skip
@@ -367,7 +403,7 @@ def record_cluster(record: ServerRecord) -> Cluster | None:
         return None
 
 
-def restart_dead_cluster(record: ServerRecord) -> str | None:
+def restart_dead_cluster(record: ServerRecord, workspace: Path) -> str | None:
     """Start the cluster again when its postmaster is gone under a live server (the server's
     health check answers without a database, so it has to be looked at); the line to show, or
     None when nothing had to be done. The server's pool reconnects by itself."""
@@ -378,7 +414,7 @@ def restart_dead_cluster(record: ServerRecord) -> str | None:
     if not wait_database(record.api_url, DATABASE_RECOVERY_S):
         raise RuntimeError(f"PostgreSQL ({cluster.root}) was down and was started again, but the Prefect server at "
                            f"{record.api_url} still cannot read its database {record.database}; "
-                           f"`./run server stop` and retry")  # fmt: skip
+                           f"`{stop_command(workspace)}` and retry")  # fmt: skip
     return f"PostgreSQL ({cluster.root}) had stopped under this workspace's Prefect server; started it again"
 
 
@@ -418,13 +454,113 @@ def database_health(record: ServerRecord) -> str:
     return f"database: {record.backend} {record.database}: {reads}"
 
 
-def launch_watchdog(record: ServerRecord, workspace: Path, log: Path) -> int:
-    """Start `flows.backend.watchdog` for ``record``'s server, detached like it; its pid."""
-    with log.open("ab") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "odqa.flows.backend.watchdog", str(record.pid), str(workspace),
-                                    str(record.port)], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+def launch_watchdog(server_pid: int, port: int, workspace: Path, log: Path) -> int:
+    """Start `flows.backend.watchdog` for the server ``server_pid``, detached like it; its pid. Its
+    output is appended to ``log`` when the log's folder exists (never created: the workspace may
+    be gone, and the watchdog is then what stops the server), else discarded."""
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(append_log(log)) if log.parent.is_dir() else subprocess.DEVNULL
+        process = subprocess.Popen([sys.executable, "-m", WATCHDOG_MODULE, str(server_pid), str(workspace), str(port)],
+                                   stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
                                    cwd=Path(__file__).resolve().parents[2], start_new_session=True)  # fmt: skip
     return process.pid
+
+
+def watchdog_target(pid: int) -> int | None:
+    """The server pid the watchdog ``pid`` watches (None: ``pid`` is not a live watchdog)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        at = next(i for i, arg in enumerate(argv) if arg.endswith(WATCHDOG_MODULE.removeprefix("odqa.")))
+        return int(argv[at + 1])
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+def is_watchdog(pid: int) -> bool:
+    return watchdog_target(pid) is not None
+
+
+def watched_pids() -> set[int]:
+    """Server pids that a live watchdog watches."""
+    found = (watchdog_target(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return {pid for pid in found if pid is not None}
+
+
+def ensure_watchdog(paths: ServerPaths, record: ServerRecord) -> int | None:
+    """Start a watchdog for ``record``'s running server when none watches it (it was killed, or
+    died) and record it (the caller holds the lock); its pid, None when one was watching.
+    Without /proc a watchdog's command line cannot be read: the recorded one being alive counts.
+    A recorded server whose working folder is not this workspace's (its pid reused by another
+    workspace's server, a record written by hand) gets none: a watchdog would stop it."""
+    if workspace_gone(record.pid, paths.workspace) is not None:
+        return None
+    if not Path("/proc/self/cmdline").is_file():
+        watched = bool(record.watchdog_pid) and process_alive(record.watchdog_pid)
+    else:
+        recorded = watchdog_target(record.watchdog_pid) if record.watchdog_pid else None
+        watched = recorded == record.pid or record.pid in watched_pids()
+    if watched:
+        return None
+    watchdog = launch_watchdog(record.pid, record.port, paths.workspace, paths.server_log)
+    write_record(paths, replace(record, watchdog_pid=watchdog))
+    return watchdog
+
+
+def watch_workspace_server(workspace: Path, record: ServerRecord) -> int | None:
+    """`ensure_watchdog` for a call that starts no server (`odqa server status`): under the lock,
+    when the workspace's folder still exists; the new watchdog's pid, None when none was needed."""
+    paths = ServerPaths(workspace)
+    try:
+        with _locked(paths, create=False):
+            current = read_record(workspace)
+            return ensure_watchdog(paths, current) if current == record else None
+    except FileNotFoundError:
+        return None
+
+
+def folder_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the folder ``path`` (None: there is none): a folder deleted and made
+    again at the same path has another."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino) if file_stat.S_ISDIR(found.st_mode) else None
+
+
+def workspace_gone(server_pid: int, workspace: Path) -> str | None:
+    """Why the server ``server_pid`` no longer has its workspace (None while it has): the folder
+    is gone, or the folder at that path is not the one the server started in. The kernel keeps
+    the server's working folder, ``<workspace>/prefect/home``, by device and inode: a folder
+    deleted and made again at the same path (or moved away) is another one, whoever made it."""
+    home = ServerPaths(workspace).home
+    if not workspace.is_dir():
+        return f"its workspace {workspace} is gone"
+    try:
+        now = os.stat(home)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"its folder {home} is gone"
+    except OSError:
+        return None  # not readable now: not proof of anything
+    try:
+        started = os.stat(f"/proc/{server_pid}/cwd")
+    except OSError:
+        return None  # no /proc (or the server just exited): the folder's presence is all there is
+    if (started.st_dev, started.st_ino) != (now.st_dev, now.st_ino):
+        return f"its workspace {workspace} was deleted or replaced since it started (another folder is there now)"
+    return None
+
+
+def stop_command(workspace: Path) -> str:
+    """The command that stops ``workspace``'s server where the user is: `./run server stop` in the
+    checkout this code runs from (the only place `./run` exists), else `odqa server stop`; with
+    the workspace named unless it is the default one."""
+    default = Path(os.environ.get("ODQA_WORKSPACE") or "workspace").expanduser().resolve()
+    named = workspace.resolve() != default
+    with contextlib.suppress(OSError):
+        if (Path.cwd() / "run").samefile(Path(__file__).resolve().parents[2] / "run"):
+            return "./run server stop" + (f" -w {workspace}" if named else "")
+    return f"odqa{f' -w {workspace}' if named else ''} server stop"
 
 
 def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:
@@ -442,16 +578,19 @@ def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:
 def stop_server(workspace: Path, only_pid: int | None = None) -> ServerRecord | None:
     """Stop the workspace's server, its watchdog and a `./run server` (with its worker) running
     for it; the record of the server stopped (None when none ran). ``only_pid``: stop nothing
-    unless the recorded server is that one (the watchdog's stop, after a restart elsewhere)."""
+    unless the recorded server is that one (the watchdog's stop, after a restart elsewhere).
+    Creates nothing: a workspace without a server folder has no server to stop."""
     paths = ServerPaths(workspace)
-    with _locked(paths):
+    if not paths.state_dir.is_dir():
+        return None
+    with _locked(paths, create=False):
         record = read_record(workspace)
         if record is None or (only_pid is not None and record.pid != only_pid):
             return None
         stop_foreground(workspace)
         alive = is_prefect_server(record.pid)
         if alive:
-            terminate(record.pid)
+            terminate(record.pid, group=True)
         if record.watchdog_pid and record.watchdog_pid != os.getpid() and is_watchdog(record.watchdog_pid):
             terminate(record.watchdog_pid, timeout=5)
         paths.record.unlink(missing_ok=True)
@@ -499,13 +638,6 @@ def stop_foreground(workspace: Path, timeout: float = 15.0) -> int | None:
         terminate(worker, timeout=5)
     ServerPaths(workspace).foreground.unlink(missing_ok=True)
     return pid
-
-
-def is_watchdog(pid: int) -> bool:
-    try:
-        return b"flows.backend.watchdog" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def reset_server(workspace: Path) -> str:
@@ -722,13 +854,14 @@ class FoundServer:
     workspace_exists: bool
     rss_mb: float
     watchdog: bool
+    watchdog_started: bool = False  # it had none: `watch_unwatched` started one
 
 
 def project_servers() -> list[FoundServer]:
     """Every Prefect server process of odqa's on this machine, found in /proc (so servers started
     by older versions, without a watchdog, are listed too): one whose working folder is
     ``<workspace>/prefect/home`` belongs to that workspace."""
-    watched = _watched_pids()
+    watched = watched_pids()
     found: list[FoundServer] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or not is_prefect_server(int(entry.name)):
@@ -741,25 +874,32 @@ def project_servers() -> list[FoundServer]:
             continue
         if "--host" not in argv or HOST not in argv:
             continue  # not started by `launch`
-        gone = cwd.endswith(" (deleted)")
         home = Path(cwd.removesuffix(" (deleted)"))
         workspace = home.parents[1] if home.name == "home" and home.parent.name == STATE_DIR else None
         port = argv[argv.index("--port") + 1] if "--port" in argv else ""
         found.append(FoundServer(pid, int(port) if port.isdigit() else None, workspace,
-                                 workspace is not None and not gone and workspace.is_dir(),
+                                 workspace is not None and workspace_gone(pid, workspace) is None,
                                  _tree_rss_mb(pid), pid in watched))  # fmt: skip
     return sorted(found, key=lambda server: server.pid)
 
 
-def _watched_pids() -> set[int]:
-    """Server pids that a live watchdog watches (its first argument)."""
-    pids: set[int] = set()
-    for entry in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            argv = entry.read_bytes().split(b"\0")
-            if b"flows.backend.watchdog" in argv:
-                pids.add(int(argv[argv.index(b"flows.backend.watchdog") + 1]))
-    return pids
+def watch_unwatched(servers: list[FoundServer]) -> list[FoundServer]:
+    """``servers`` (from `project_servers`), each workspace server that no watchdog watched now
+    with one: it stops the server when its workspace is gone (at its first check) or idle. A
+    workspace still there gets the new watchdog's pid in its record when the record names that
+    server; nothing is created in a workspace that is gone."""
+    watched: list[FoundServer] = []
+    for server in servers:
+        if server.watchdog or server.workspace is None or server.port is None:
+            watched.append(server)
+            continue
+        record = read_record(server.workspace) if server.workspace_exists else None
+        if record is not None and record.pid == server.pid:
+            started = watch_workspace_server(server.workspace, record)
+        else:  # its workspace is gone (stopped at the first check), or records another server (stopped when idle)
+            started = launch_watchdog(server.pid, server.port, server.workspace, ServerPaths(server.workspace).server_log)
+        watched.append(replace(server, watchdog=True, watchdog_started=started is not None))
+    return watched
 
 
 def _tree_rss_mb(pid: int) -> float:

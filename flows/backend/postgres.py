@@ -310,7 +310,13 @@ class Cluster:
         self._make_dir(self.root)
 
     def _make_dir(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        """``path``, owner-only, for the cluster's owner. Folders made above it stay traversable
+        (0755, whatever odqa's umask): as root, the owner is another user who must reach it."""
+        missing = [folder for folder in (path, *path.parents) if not folder.exists()][::-1]
+        for folder in missing:
+            folder.mkdir(exist_ok=True)
+            if folder != path:
+                folder.chmod(0o755)
         if self.switch_user:
             shutil.chown(path, user=self.owner)
         path.chmod(0o700)

@@ -4,9 +4,10 @@ Verb modules import their flows (and storage, pyarrow, Prefect) inside the comma
 `odqa --help` and argument errors answer in a fraction of a second instead of paying for torch,
 pyserini and Prefect imports.
 
-The group callback sets up each call: where log records go (`flows.cli.terminal`: the terminal
-shows progress and summaries, Prefect's records go to `<workspace>/logs/odqa.log`, `-v` shows
-them too). Each verb, once its arguments parsed, picks the Prefect server its flows report to
+The group callback sets up each call: the umask its files are created with (`flows.backend.
+file_modes`: owner-only unless $ODQA_UMASK says otherwise), where log records go
+(`flows.cli.terminal`: the terminal shows progress and summaries, Prefect's records go to
+`<workspace>/logs/odqa.log`, `-v` shows them too). Each verb, once its arguments parsed, picks the Prefect server its flows report to
 (`flows.cli.prefect_api`; `VerbCommand`): the workspace's long-lived server, started in the
 background by the first verb that runs a flow. `./run server stop` (or `odqa server stop`) stops it.
 """
@@ -22,6 +23,7 @@ import click
 
 from ...storage import choices, ids
 from ..backend.auth import client_auth_string
+from ..backend.file_modes import apply_umask
 from ..backend.local_server import ServerPaths, registered_client, stamped_flow_runs
 from .prefect_api import (
     HEARTBEAT_ENV,
@@ -128,6 +130,8 @@ def main(ctx: click.Context, workspace: str | None, verbose: bool, debug: bool) 
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["debug"] = debug
+    previous_umask = apply_umask()
+    ctx.call_on_close(lambda: os.umask(previous_umask))  # an in-process caller gets its own back
     session = open_session(workspace_root(workspace), verbose)
     ctx.call_on_close(session.close)
     ctx.obj["terminal"] = session
@@ -157,7 +161,7 @@ def use_prefect(root: click.Context, start: bool) -> PrefectApi:
             root.with_resource(stamped_flow_runs())
     if start and not os.environ.get(HEARTBEAT_ENV):
         root.with_resource(without_heartbeats())
-    for line in server_lines(api):
+    for line in server_lines(api, workspace):
         click.echo(f"odqa: {line}", err=True)
     if session.verbose:
         click.echo(f"odqa: {api.describe()}", err=True)

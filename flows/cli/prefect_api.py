@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backend.local_server import ServerStatus, ensure_server, running_server
+from ..backend.local_server import ServerStatus, ensure_server, running_server, stop_command
 
 HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 
@@ -97,8 +97,8 @@ def without_heartbeats():
     return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
-def server_lines(api: PrefectApi) -> list[str]:
-    """What the terminal is told when this call had to start the workspace's server."""
+def server_lines(api: PrefectApi, workspace: Path) -> list[str]:
+    """What the terminal is told when this call had to start (or mend) ``workspace``'s server."""
     status = api.status
     if status is None:
         return []
@@ -109,7 +109,10 @@ def server_lines(api: PrefectApi) -> list[str]:
                      f"started it again at {record.ui_url}")  # fmt: skip
     elif status.started:
         lines.append(f"started this workspace's Prefect server in the background: UI {record.ui_url}, "
-                     f"log {record.log}; `./run server stop` stops it")  # fmt: skip
+                     f"log {record.log}; `{stop_command(workspace)}` stops it")  # fmt: skip
+    if status.watchdog_started is not None:
+        lines.append(f"this workspace's Prefect server (pid {record.pid}) had no watchdog; started one "
+                     f"(pid {status.watchdog_started}), which stops it when idle or when the workspace is gone")
     if status.crashed_runs:
         lines.append(f"marked {len(status.crashed_runs)} flow run(s) whose process is gone as Crashed: "
                      f"{', '.join(status.crashed_runs[:5])}{' ...' if len(status.crashed_runs) > 5 else ''}")

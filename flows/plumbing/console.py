@@ -31,7 +31,9 @@ def is_console_record(record: logging.LogRecord) -> bool:
 class LogFileHandler(logging.FileHandler):
     """An appending, UTF-8 log file whose folder is created on the first record (so a command
     that logs nothing leaves nothing behind). Also named by flows/cli/prefect-logging.yml, so
-    processes the CLI starts (Prefect's temporary server, process pools) write to the same file."""
+    processes the CLI starts (Prefect's temporary server, process pools) write to the same file.
+    Created under the process's umask (owner-only by default), and a log an older odqa created
+    wider is tightened to it when opened (`flows.backend.file_modes`)."""
 
     def __init__(self, filename: str, mode: str = "a", encoding: str | None = "utf-8", delay: bool = True) -> None:
         super().__init__(filename, mode=mode, encoding=encoding, delay=delay)
@@ -39,8 +41,12 @@ class LogFileHandler(logging.FileHandler):
     def _open(self):  # noqa: ANN202 (logging.FileHandler's signature)
         from pathlib import Path
 
+        from ..backend.file_modes import tighten
+
         Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
-        return super()._open()
+        stream = super()._open()
+        tighten(self.baseFilename)
+        return stream
 
 
 class RunFormatter(logging.Formatter):

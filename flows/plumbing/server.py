@@ -28,18 +28,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.auth import AUTH_FILE, auth_status, client_auth_string
+from ..backend.file_modes import append_log, apply_umask
 from ..backend.local_server import (
     ServerPaths,
     clear_foreground,
     database_health,
     ensure_server,
+    folder_identity,
     foreground_running,
     project_servers,
     read_record,
     reset_server,
     running_server,
+    stop_command,
     stop_server,
     temporary_server,
+    watch_unwatched,
+    watch_workspace_server,
     workspace_database,
     write_foreground,
 )
@@ -121,7 +126,7 @@ def start_worker(env: dict[str, str], pool: str, log: Path) -> subprocess.Popen:
     process group, and the terminal's Ctrl-C reaches it only through `stop_worker`), killed by
     the kernel when this process dies without stopping it."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as sink:
+    with append_log(log) as sink:
         return subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
                                 env=env, cwd=REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
@@ -218,8 +223,13 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
         print("odqa server: Ctrl-C (or SIGTERM, SIGHUP) stops the worker; the server keeps running for CLI calls "
               "and the UI until `./run server stop`, or until idle for an hour ($ODQA_PREFECT_IDLE_S) after this "
               "stops", flush=True)  # fmt: skip
+        identity = folder_identity(workspace)
         while worker.poll() is None:
             time.sleep(1)
+            if folder_identity(workspace) != identity:  # its runs would write into a folder that is not its workspace
+                print(f"odqa server: the workspace {workspace} was deleted or replaced; stopping the worker (its "
+                      "server's watchdog stops the server)", file=sys.stderr, flush=True)  # fmt: skip
+                return 1
         print(f"odqa server: the worker exited with code {worker.returncode}; see {worker_log}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, StopRequested) as stop:
@@ -242,23 +252,27 @@ def status_lines(workspace: Path) -> list[str]:
         stale = read_record(workspace)
         gone = f" (pid {stale.pid} recorded, not running; the next call starts it again)" if stale else ""
         return [f"no Prefect server runs for {workspace}{gone}"]
+    watchdog = watch_workspace_server(workspace, record)
     return [f"Prefect server for {workspace}: UI {record.ui_url}, API {record.api_url}, pid {record.pid}, "
             f"since {record.started_at}", database_health(record),
-            auth_status(record.api_url, ServerPaths(workspace).home), f"log: {record.log}"]
+            auth_status(record.api_url, ServerPaths(workspace).home, stop_command(workspace)), f"log: {record.log}",
+            *([f"watchdog: it had none; started one (pid {watchdog})"] if watchdog else [])]
 
 
 def list_lines() -> list[str]:
     """`./run server list`: every Prefect server odqa runs on this machine."""
-    servers = project_servers()
+    servers = watch_unwatched(project_servers())
     if not servers:
         return ["no Prefect server of odqa's runs on this machine"]
     rows = [f"{'pid':>8}  {'port':>5}  {'MB':>6}  watchdog  workspace"]
     for server in servers:
-        where = (f"{server.workspace}{'' if server.workspace_exists else '  (FOLDER GONE)'}"
+        where = (f"{server.workspace}{'' if server.workspace_exists else '  (FOLDER GONE: its watchdog stops it)'}"
                  if server.workspace else "(temporary server: tests or local_prefect)")  # fmt: skip
-        rows.append(f"{server.pid:>8}  {server.port or '?':>5}  {server.rss_mb:>6.0f}  "
-                    f"{'yes' if server.watchdog else 'no':<8}  {where}")  # fmt: skip
-    rows.append(f"{len(servers)} server(s), {sum(s.rss_mb for s in servers):.0f} MB in all")
+        watchdog = "started" if server.watchdog_started else "yes" if server.watchdog else "no"
+        rows.append(f"{server.pid:>8}  {server.port or '?':>5}  {server.rss_mb:>6.0f}  {watchdog:<8}  {where}")
+    rows.append(f"{len(servers)} server(s), {sum(s.rss_mb for s in servers):.0f} MB in all"
+                + ("; watchdog 'started': it had none, one watches it now" if any(s.watchdog_started for s in servers)
+                   else ""))  # fmt: skip
     return rows
 
 
@@ -284,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", default=POOL, help=f"process work pool name (default {POOL})")
     parser.add_argument("--no-deploy", action="store_true", help="do not run `prefect deploy --all`")
     args = parser.parse_args(argv)
+    try:
+        apply_umask()
+    except ValueError as why:
+        parser.error(str(why))
     workspace = workspace_of(args.workspace)
     if args.action == "status":
         print("\n".join(status_lines(workspace)))
