@@ -34,6 +34,7 @@ from odqa.flows.backend.local_server import (
 from odqa.flows.backend.postgres import PostgresUnavailable, local_cluster
 from odqa.flows.plumbing.server import list_lines
 from odqa.service.app import create_app
+from odqa.storage import Workspace
 from tests.ops.test_server_lifecycle import wait_for
 from tests.serve.harness import ServiceThread
 
@@ -150,7 +151,7 @@ def test_a_server_that_ignores_sigterm_is_killed_once_its_workspace_is_replaced_
 
 
 def test_a_service_following_a_deleted_workspace_does_not_make_it_again(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
+    ws = Workspace.resolve(tmp_path / "ws").root
     with ServiceThread(create_app(ws, poll_s=0.1)) as service:
         shutil.rmtree(ws)
         time.sleep(1)  # ten polls of the release pointer

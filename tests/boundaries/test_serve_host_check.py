@@ -12,13 +12,14 @@ from pathlib import Path
 import requests
 
 from odqa.service.app import create_app
+from odqa.storage import Workspace
 from tests.serve.harness import REPO, ServiceThread, free_port, subprocess_env
 
 FOREIGN = "rebound.example"
 
 
 def test_the_service_refuses_a_foreign_host_and_answers_its_own(tmp_path: Path) -> None:
-    with ServiceThread(create_app(tmp_path / "ws", poll_s=0.2)) as service:
+    with ServiceThread(create_app(Workspace.resolve(tmp_path / "ws").root, poll_s=0.2)) as service:
         port = service.url.rsplit(":", 1)[1]
         refused = requests.get(f"{service.url}/health", headers={"Host": f"{FOREIGN}:{port}"}, timeout=10)
         assert refused.status_code == 421 and "--allowed-host" in refused.json()["error"], refused.text
@@ -29,7 +30,7 @@ def test_the_service_refuses_a_foreign_host_and_answers_its_own(tmp_path: Path) 
 
 
 def test_odqa_serve_answers_the_names_it_is_given_and_logs_owner_only(tmp_path: Path) -> None:
-    ws, port = tmp_path / "ws", free_port()
+    ws, port = Workspace.resolve(tmp_path / "ws").root, free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-c", "from odqa.flows.cli import main; main()", "--workspace", str(ws), "serve",
                "--host", "127.0.0.1", "--port", str(port), "--allowed-host", "search.example.org"]  # fmt: skip

@@ -96,7 +96,7 @@ def test_slow_header_sockets_are_closed(service: ServiceThread) -> None:
     sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
     try:
         for sock in sockets:
-            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\n")  # headers never complete
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never complete
         closed = [_closed_within(sock, TIMEOUT_S + 4) for sock in sockets]
     finally:
         for sock in sockets:
@@ -108,7 +108,7 @@ def test_slow_header_sockets_are_closed(service: ServiceThread) -> None:
 def test_a_slow_header_after_a_first_request_on_a_kept_alive_connection_is_closed(service: ServiceThread) -> None:
     port = int(service.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert sock.recv(65536).startswith(b"HTTP/1.1 200")
         sock.sendall(b"GET /health HTTP/1.1\r\n")  # the second request's headers never complete
         assert _closed_within(sock, TIMEOUT_S + 4) is not None
@@ -117,7 +117,7 @@ def test_a_slow_header_after_a_first_request_on_a_kept_alive_connection_is_close
 def test_a_body_that_never_arrives_gets_408_and_the_connection_closed(service: ServiceThread) -> None:
     port = int(service.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"question\": ")  # fmt: skip
         sock.settimeout(TIMEOUT_S + 4)
         reply = b""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from odqa.storage import Workspace
 from tests.serve.harness import REPO, subprocess_env
 
 CHECK = """
@@ -24,7 +25,8 @@ sys.exit(1 if loaded else 0)
 
 
 def test_importing_and_starting_the_service_leaves_prefect_unloaded(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", CHECK, str(tmp_path / "ws")], env=subprocess_env(), cwd=REPO,
+    ws = Workspace.resolve(tmp_path / "ws").root  # an empty workspace: nothing published yet
+    done = subprocess.run([sys.executable, "-c", CHECK, str(ws)], env=subprocess_env(), cwd=REPO,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "prefect modules: []" in done.stdout
