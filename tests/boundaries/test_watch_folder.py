@@ -206,3 +206,21 @@ def test_a_refused_run_leaks_nothing_to_the_terminal_the_log_file_or_prefect(cli
     assert "shadow.tsv:1: expected the header" in prefect_logs, prefect_logs
     assert SECRET not in result.output + log_file + prefect_logs
     assert Workspace.resolve(ws).rows("passages") == 0
+
+
+def test_a_dump_and_a_passages_file_are_committed_together_or_not_at_all(workspace: Workspace, tmp_path: Path) -> None:
+    from odqa.flows.compositions.incoming import given
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
+
+    bad = tmp_path / "delta.tsv"
+    bad.write_text(f"{HEADER}d1\tfine\tFine\nd2\t{SECRET} no title\n", encoding="utf-8")
+    with pytest.raises(MalformedFilesError, match=r"delta\.tsv:3: expected 3 tab-separated fields") as refused:
+        ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
+    assert SECRET not in str(refused.value) and bad.exists()  # a file given by name is never moved
+    assert {table: workspace.rows(table) for table in ("articles", "passages")} == {"articles": 0, "passages": 0}
+    _tsv(bad, [("d1", "fine", "Fine"), ("d2", "now with a title", "Title")])
+    report = ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
+    assert report.added == [SAMPLE_DUMP.name, "delta.tsv"] and report.dump is not None, report
+    assert workspace.rows("passages") == 152 and workspace.rows("articles") > 0
+    again = ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
+    assert again.unchanged == [SAMPLE_DUMP.name, "delta.tsv"] and workspace.rows("passages") == 152
