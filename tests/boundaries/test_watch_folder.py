@@ -224,3 +224,31 @@ def test_a_dump_and_a_passages_file_are_committed_together_or_not_at_all(workspa
     assert workspace.rows("passages") == 152 and workspace.rows("articles") > 0
     again = ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
     assert again.unchanged == [SAMPLE_DUMP.name, "delta.tsv"] and workspace.rows("passages") == 152
+
+
+def test_transactions_committed_together_switch_at_once_or_move_nothing(workspace: Workspace) -> None:
+    from odqa.storage.tables import ConcurrentUpdateError, commit_together
+
+    def seed(source: str) -> None:
+        with workspace.transaction(f"seed-{source}") as tx:
+            tx.write("passages", [{"passage_id": source, "title": "T", "text": "t", "position": 0}], source=source)
+
+    seed("old")
+    first = workspace.transaction("first", fingerprint="f1")
+    first.write("passages", [{"passage_id": "n1", "title": "T", "text": "t", "position": 0}], source="first")
+    second = workspace.transaction("second", fingerprint="f2")
+    second.rewrite("passages", lambda table: table, select=lambda entry: entry.source == "old")
+    with workspace.transaction("another-writer") as other:  # replaces the part `second` rewrote meanwhile
+        other.replace_source("passages", "old")
+    before = workspace.snapshot()
+    with pytest.raises(ConcurrentUpdateError):
+        commit_together([first, second])
+    assert workspace.snapshot() == before and first.staged_files("passages")[0].exists()
+    first.abort()
+    second.abort()
+    third, fourth = workspace.transaction("third", fingerprint="f3"), workspace.transaction("fourth", fingerprint="f4")
+    third.write("passages", [{"passage_id": "n3", "title": "T", "text": "t", "position": 0}], source="third")
+    fourth.write("passages", [{"passage_id": "n4", "title": "T", "text": "t", "position": 0}], source="fourth")
+    committed = commit_together([third, fourth])
+    assert committed.version == before.version + 1 and _ids(workspace) == ["n3", "n4"]
+    assert {committed.stages[s].fingerprint for s in ("third", "fourth")} == {"f3", "f4"}
