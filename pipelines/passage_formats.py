@@ -1,8 +1,11 @@
 """Passage corpora in the formats users bring: DPR's psgs_w100.tsv and BEIR's corpus.jsonl.
 
 Both readers stream fixed-size Arrow batches (DPR's file has 21M rows), read each line with a
-bounded length (`MAX_RECORD_BYTES`) and refuse any malformed record naming the file and line. Positions are derived the way DPR laid out its file: consecutive
-rows of one title are that article's passages in order.
+bounded length (`MAX_RECORD_BYTES`) and refuse any malformed record naming the file and line.
+A refusal never quotes the record: it says where (file, line, byte) and what was expected, so a
+file that should not have been read (a secret behind a link) never reaches a log. Positions are
+derived the way DPR laid out its file: consecutive rows of one title are that article's passages
+in order.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import csv
 import itertools
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
@@ -62,10 +67,11 @@ class _Positions:
         return position
 
 
-def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
+def _lines(path: Path, max_bytes: int, opened: BinaryIO | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line, read in binary with a bounded length and decoded here, so
-    that an over-long record costs at most `max_bytes` of memory and a bad byte names its line."""
-    with open(path, "rb") as handle:
+    that an over-long record costs at most `max_bytes` of memory and a bad byte names its line.
+    `opened`: the file already open (a caller that checked what it opened); `path` then only names it."""
+    with nullcontext(opened) if opened is not None else open(path, "rb") as handle:
         for number in itertools.count(1):
             raw = handle.readline(max_bytes + 2)
             if not raw:
@@ -79,7 +85,7 @@ def _lines(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise PassageFormatError(
-                    f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line); "
+                    f"{path}:{number}: not UTF-8 (at byte {exc.start + 1} of the line); "
                     "passage files must be UTF-8"
                 ) from None
 
@@ -95,22 +101,24 @@ def _dpr_fields(path: Path, number: int, line: str) -> list[str]:
         ) from None
 
 
-def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[pa.RecordBatch]:
+def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES,
+                 opened: BinaryIO | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """Stream DPR's `id<TAB>text<TAB>title` file (header required, csv quoting as DPR wrote it).
 
     Every record is one line of three fields: a stray quote, a wrong field count, bytes that are
     not UTF-8, a line over `max_record_bytes` and a file without passages are refused with the file
-    and line, never merged or skipped.
+    and line, never merged or skipped. `opened`: the file already open (`path` names it).
     """
     positions = _Positions()
     rows: list[dict] = []
-    lines = _lines(path, max_record_bytes)
+    lines = _lines(path, max_record_bytes, opened)
     first = next(lines, None)
     if first is None:
         raise PassageFormatError(f"{path}: empty file, expected a header {DPR_TSV_HEADER}")
     header = _dpr_fields(path, *first)
     if [h.strip().lower().lstrip("\ufeff") for h in header] != DPR_TSV_HEADER:
-        raise PassageFormatError(f"{path}:1: expected the header {DPR_TSV_HEADER} (tab-separated), got {header!r}")
+        raise PassageFormatError(f"{path}:1: expected the header {DPR_TSV_HEADER} (tab-separated), got another first "
+                                 f"line ({len(header)} field{'s' if len(header) != 1 else ''})")  # fmt: skip
     count = 0
     for number, line in lines:
         if not line.strip():
@@ -133,18 +141,19 @@ def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = M
         yield _batch(rows)
 
 
-def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES) -> Iterator[pa.RecordBatch]:
+def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES,
+                     opened: BinaryIO | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """Stream a BEIR corpus.jsonl (`{"_id", "title", "text"}` per line); `path` may be its folder.
 
     The same limits as `read_dpr_tsv`: bad JSON or UTF-8, an over-long line and a file without
-    passages are refused with the file and line.
+    passages are refused with the file and line. `opened`: the corpus.jsonl already open (`path` names it).
     """
-    if path.is_dir():
+    if path.is_dir():  # (with `opened`, only to name the file)
         path = path / "corpus.jsonl"
     positions = _Positions()
     rows: list[dict] = []
     count = 0
-    for line_no, line in _lines(path, max_record_bytes):
+    for line_no, line in _lines(path, max_record_bytes, opened):
         if not line.strip():
             continue
         try:

@@ -83,13 +83,15 @@ def is_passage_id(passage_id: str) -> bool:
 
 def check_passage_id(value: object, where: str) -> str:
     """`value` (a text field, or a decoded JSON value) as a passage id; `IdRuleError` naming
-    `where` (the file and line or element) and the rule when it is not one."""
+    `where` (the file and line or element), what is wrong and the rule when it is not one. The
+    value itself is not quoted: a file's content never goes into a message or a log (a refused
+    file may be anything, docs/boundaries.md)."""
     text = _json_scalar_id(value)
     if text is None:
-        raise IdRuleError(f"{where}: the passage id is {_json_type(value)} ({_shown(value)}); {PASSAGE_ID_RULE}")
+        raise IdRuleError(f"{where}: the passage id is {_json_type(value)}; {PASSAGE_ID_RULE}")
     problem = _text_problem(text, ID_MAX_BYTES)
     if problem:
-        raise IdRuleError(f"{where}: passage id {_shown(text)} is refused: {problem}; {PASSAGE_ID_RULE}")
+        raise IdRuleError(f"{where}: the passage id is refused: {problem}; {PASSAGE_ID_RULE}")
     return text
 
 
@@ -97,7 +99,7 @@ def check_question_id(value: object, where: str) -> str:
     """A question's own id in a file (a JSON string or integer) as text, else `IdRuleError`."""
     text = _json_scalar_id(value)
     if text is None:
-        raise IdRuleError(f"{where}: the question id is {_json_type(value)} ({_shown(value)}); {QUESTION_ID_RULE}")
+        raise IdRuleError(f"{where}: the question id is {_json_type(value)}; {QUESTION_ID_RULE}")
     return text
 
 

@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -215,45 +215,47 @@ class Transaction:
 
     # -- commit / abort -----------------------------------------------------------------------
     def commit(self) -> Snapshot:
-        if self._closed:
-            raise RuntimeError("transaction already closed")
-        with workspace_lock(self.root):
-            snapshot = load_snapshot(self.root)
-            tables = {name: list(entries) for name, entries in snapshot.tables.items()}
-            for table in set(self._replace_sources) | self._replace_tables | set(self._staged) | set(self._drop_paths):
-                entries = tables.get(table, [])
-                missing = self._drop_paths.get(table, set()) - {e.path for e in entries}
-                if missing:
-                    raise ConcurrentUpdateError(
-                        f"table {table!r} was changed by another stage while {self.stage!r} rewrote it; "
-                        "run the stage again"
-                    )
-                entries = [e for e in entries if e.path not in self._drop_paths.get(table, set())]
-                if table in self._replace_tables:
-                    entries = []
-                drop = self._replace_sources.get(table, set())
-                entries = [e for e in entries if e.source not in drop]
-                for part in sorted(self._staged.get(table, {})):
-                    source, rows = self._staged[table][part]
-                    target = Path(TABLES_DIR) / table / f"{self._txid}-{slug(part)}.parquet"
-                    (self.root / target).parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(self._part_path(table, part), self.root / target)
-                    entries.append(FileEntry(path=str(target), source=source, rows=rows))
-                tables[table] = entries
-            stages = dict(snapshot.stages)
-            new_version = snapshot.version + 1
-            if self.fingerprint is not None:
-                stages[self.stage] = StageRecord(
-                    fingerprint=self.fingerprint, version=new_version, finished_at=time.time(), report=self.report
-                )
-            committed = Snapshot(version=new_version, tables=tables, stages=stages)
-            save_snapshot(self.root, committed)
-            _collect_garbage(self.root)
+        return commit_together([self])
+
+    def staged_entries(self, table: str) -> list[FileEntry]:
+        """The parts of `table` staged so far as entries (paths in the staging folder, relative
+        to the root), for checks that must see them beside the committed parts."""
+        return [FileEntry(path=str(self._part_path(table, part).relative_to(self.root)), source=source, rows=rows)
+                for part, (source, rows) in sorted(self._staged.get(table, {}).items())]  # fmt: skip
+
+    def _touched(self) -> set[str]:
+        return set(self._replace_sources) | self._replace_tables | set(self._staged) | set(self._drop_paths)
+
+    def _kept(self, table: str, entries: list[FileEntry]) -> list[FileEntry]:
+        """The entries of `table` this transaction keeps; refused when a part it rewrote is gone."""
+        dropped = self._drop_paths.get(table, set())
+        if dropped - {e.path for e in entries}:
+            raise ConcurrentUpdateError(
+                f"table {table!r} was changed by another stage while {self.stage!r} rewrote it; run the stage again"
+            )
+        if table in self._replace_tables:
+            return []
+        sources = self._replace_sources.get(table, set())
+        return [e for e in entries if e.path not in dropped and e.source not in sources]
+
+    def _targets(self, table: str) -> list[tuple[Path, FileEntry]]:
+        """(staged part, its entry once committed) of every part staged for `table`."""
+        targets = []
+        for part in sorted(self._staged.get(table, {})):
+            source, rows = self._staged[table][part]
+            target = Path(TABLES_DIR) / table / f"{self._txid}-{slug(part)}.parquet"
+            targets.append((self._part_path(table, part), FileEntry(path=str(target), source=source, rows=rows)))
+        return targets
+
+    def _record(self, version: int) -> StageRecord | None:
+        if self.fingerprint is None:
+            return None
+        return StageRecord(fingerprint=self.fingerprint, version=version, finished_at=time.time(), report=self.report)
+
+    def _closed_after_commit(self) -> None:
         self._closed = True
         shutil.rmtree(self.staging, ignore_errors=True)
         self._lock.close()
-        refresh_catalog(self.root, committed, strict=False)
-        return committed
 
     def abort(self) -> None:
         """Forget staged parts; a resumable transaction keeps them for the next attempt."""
@@ -273,6 +275,60 @@ class Transaction:
                 self.abort()
         finally:
             self._lock.close()  # also when the commit itself failed
+
+
+def commit_together(transactions: Sequence[Transaction]) -> Snapshot:
+    """Make the staged parts and stage records of every transaction visible in one snapshot switch.
+
+    A run that writes several sources (a re-index taking a dump and passages files) commits them
+    all or none: each transaction is checked before any part moves, so a refusal leaves every
+    staged part where it is. Later transactions see the earlier ones' parts (a source replaced by
+    a later one is dropped). Each fingerprinted transaction records its own stage, so each input
+    is a no-op on its own the next time.
+    """
+    if not transactions:
+        raise ValueError("no transaction to commit")
+    if any(tx._closed for tx in transactions):
+        raise RuntimeError("transaction already closed")
+    root = transactions[0].root
+    if any(tx.root != root for tx in transactions):
+        raise ValueError("transactions of different workspaces cannot commit together")
+    with workspace_lock(root):
+        snapshot = load_snapshot(root)
+        tables = {name: list(entries) for name, entries in snapshot.tables.items()}
+        moves: list[tuple[Path, Path]] = []
+        for tx in transactions:
+            for table in tx._touched():
+                targets = tx._targets(table)
+                tables[table] = tx._kept(table, tables.get(table, [])) + [entry for _, entry in targets]
+                moves.extend((staged, root / entry.path) for staged, entry in targets)
+        for staged, target in moves:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, target)
+        version = snapshot.version + 1
+        stages = dict(snapshot.stages)
+        for tx in transactions:
+            if (record := tx._record(version)) is not None:
+                stages[tx.stage] = record
+        committed = Snapshot(version=version, tables=tables, stages=stages)
+        save_snapshot(root, committed)
+        _collect_garbage(root)
+    for tx in transactions:
+        tx._closed_after_commit()
+    refresh_catalog(root, committed, strict=False)
+    return committed
+
+
+def entries_after(transactions: Sequence[Transaction], table: str, leaving_out: Transaction) -> list[FileEntry]:
+    """What `table` would hold once `transactions` commit together, without the rows `leaving_out`
+    staged or replaces: what its new rows must not clash with (unique ids), checked before the
+    commit. Staged parts are listed by their paths in the staging folder."""
+    if leaving_out not in transactions:
+        raise ValueError("leaving_out must be one of the transactions")
+    entries = load_snapshot(leaving_out.root).files(table)
+    for tx in transactions:
+        entries = tx._kept(table, entries) + (tx.staged_entries(table) if tx is not leaving_out else [])
+    return entries
 
 
 def _collect_garbage(root: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..compositions.incoming import SETTLE_SECONDS
 from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
@@ -33,23 +34,26 @@ from .runner_options import runner_options, runner_settings
 @click.option("--wait-seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Wait this long for a running re-index before refusing.")
 @click.option("--keep", type=click.IntRange(min=1), default=3, show_default=True, help="Releases kept.")
+@click.option("--settle-seconds", type=click.FloatRange(min=0), default=SETTLE_SECONDS, show_default=True,
+              help="Without --dump/--passages: take a file of incoming/ once unchanged for this long.")
 @click.option("--memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Memory budget of the FAISS build (see `odqa index plan`).")
 @runner_options
 @click.pass_context
 def reindex(ctx: click.Context, dump: str | None, passages: str | None, passages_format: str, model: str | None,
             index_type: str, bm25: bool, dense: bool, drop_bm25: bool, drop_models: tuple[str, ...],
-            wait_seconds: float, keep: int, memory_gb: float | None, runner: str | None, runner_workers: int | None,
-            dask_address: str | None) -> None:  # fmt: skip
-    """Re-index: ingest DUMP or PASSAGES (or what landed in incoming/), rebuild the retrievers that
-    serve beside them (BM25, each served model's FAISS index) and publish; a running `odqa serve`
-    switches without a failed request and never loses a retriever. What serves changes only by
-    name (--model, --drop-bm25, --drop-model), and a run that cannot do its work fails before it
-    ingests anything. The same flow as the `reindex` deployment (weekly in prefect.yaml)."""
+            wait_seconds: float, keep: int, settle_seconds: float, memory_gb: float | None, runner: str | None,
+            runner_workers: int | None, dask_address: str | None) -> None:  # fmt: skip
+    """Re-index: ingest DUMP or PASSAGES (or what is complete in the workspace's incoming/), rebuild
+    the retrievers that serve beside them (BM25, each served model's FAISS index) and publish; a
+    running `odqa serve` switches without a failed request and never loses a retriever. What serves
+    changes only by name (--model, --drop-bm25, --drop-model), and a run that cannot do its work
+    fails before it ingests anything. The same flow as the `reindex` deployment (weekly in prefect.yaml)."""
     from ..compositions.reindex import reindex_flow
 
     report = reindex_flow(workspace=workspace_arg(ctx), dump=dump, passages=passages, passages_format=passages_format,
                           model=model, index_type=index_type, bm25=bm25, dense=dense, drop_bm25=drop_bm25,
-                          drop_models=list(drop_models), wait_seconds=wait_seconds, keep=keep, memory_gb=memory_gb,
+                          drop_models=list(drop_models), wait_seconds=wait_seconds, keep=keep,
+                          settle_seconds=settle_seconds, memory_gb=memory_gb,
                           runner=runner_settings(runner, runner_workers, dask_address))  # fmt: skip
     echo_report(f"reindex {report.release}", report)

@@ -1,47 +1,97 @@
 """What a scheduled re-index watches: a dump, a passages file, or a folder where new files land.
 
 The weekly `reindex` deployment has no dump or passages of its own to ingest; it looks at its
-`watch` source on every run (by default `<workspace>/incoming/`) and ingests what it finds
+`watch` source on every run (by default `<workspace>/incoming/`) and takes what is complete
 there. In a folder, files are told apart by name:
 
 * ``*.xml`` / ``*.xml.bz2``: a MediaWiki dump. A dump is a whole snapshot of the wiki, so only
-  the newest one (by modification time, then name) is ingested; the older ones are listed as
-  ignored. The ingest diffs it page by page against the previous one.
+  the newest one (by modification time, then name) is taken; the older ones are ignored. The
+  ingest diffs it page by page against the previous one.
 * ``*.tsv``: passages in DPR TSV (id, text, title); ``*.jsonl`` or a sub-folder holding
-  ``corpus.jsonl``: a BEIR corpus. Every passages file is imported; one imported before with
-  identical content is a no-op, and a changed one replaces its earlier rows.
+  ``corpus.jsonl``: a BEIR corpus.
 
-Names starting with ``.`` or ``~`` (a copy in progress, an editor's backup) and anything else are
-ignored and listed as such, so a user sees why a file was not picked up. Move a file into the
-folder when it is complete (write it beside the folder, then ``mv``) so a run never reads half
-of it.
+An entry is taken only when it is complete and inside the folder (docs/boundaries.md, "The watch
+folder"): temporary names (``*.part``, ``*.tmp``, ``*.partial``, ``*.crdownload``, dot-files,
+``~`` backups) and files changed within the settle time wait for a later run; symbolic links,
+hard links, anything that is not a regular file or folder, and a BEIR folder whose corpus.jsonl
+is any of these are refused, named by their own name only (never followed, never opened). Every
+check uses `lstat`, and a taken file is opened without following a link and checked to be the
+very file that was looked at (`open_taken`), so a file swapped for a link in between is refused.
+A file found malformed is set aside into ``rejected/`` (`set_aside`), so later runs go on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import stat
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 DUMP_SUFFIXES = (".xml", ".xml.bz2")
 PASSAGE_FORMATS = {".tsv": "dpr-tsv", ".jsonl": "beir"}
+#: Names a writer uses while a file is incomplete (browsers, rsync, curl -o x.part, editors).
+TEMPORARY_SUFFIXES = (".part", ".partial", ".tmp", ".temp", ".crdownload", ".download", ".swp")
 INCOMING = "incoming"
+REJECTED = "rejected"
+BEIR_CORPUS = "corpus.jsonl"
+#: How long a file must be left unchanged before a run takes it (a writer that pauses longer
+#: must write under a temporary name and rename).
+SETTLE_SECONDS = 60.0
+
+
+class NotTaken(Exception):
+    """A taken file that must not be read after all (a link swapped in, changed, gone); the message
+    says why and is content-free."""
+
+    def __init__(self, why: str, *, refused: bool = False) -> None:
+        super().__init__(why)
+        self.why, self.refused = why, refused
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A complete file the run reads: `path` is the entry in the folder (a file, or a BEIR
+    folder), `data` the file read, `looked` what `lstat` said of `data` when it was looked at."""
+
+    path: Path
+    data: Path
+    kind: str  # "dump" or "passages"
+    fmt: str | None
+    looked: os.stat_result
+    given: bool = False  # named to the run (`--dump`, `--passages`): links in its path are followed
+
+    def unchanged(self, now: os.stat_result) -> bool:
+        """Whether `now` (a later stat) is still the same file with the same size and mtime."""
+        return (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) == (
+            self.looked.st_dev, self.looked.st_ino, self.looked.st_size, self.looked.st_mtime_ns)  # fmt: skip
 
 
 @dataclass
 class Incoming:
-    """The files found at a watched source, by what the re-index does with them."""
+    """What a watched source holds: the files a run takes, and every other entry with why not."""
 
     source: Path
-    dump: Path | None = None
-    passages: list[tuple[Path, str]] = field(default_factory=list)  # (path, format)
-    ignored: list[str] = field(default_factory=list)  # "name (why)"
+    folder: bool  # a folder (malformed files are set aside in it), not a single watched file
+    dump: Taken | None = None
+    passages: list[Taken] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)  # name -> why it waits for a later run
+    refused: dict[str, str] = field(default_factory=dict)  # name -> why it is never taken as it is
+    ignored: dict[str, str] = field(default_factory=dict)  # name -> why it is no input of a re-index
 
     def describe(self) -> str:
         """One line for the run's log: where it looked and what it found there."""
-        found = ([f"dump {self.dump.name}"] if self.dump else []) + [
-            f"passages {path.name} ({fmt})" for path, fmt in self.passages]  # fmt: skip
-        ignored = f"; ignored: {', '.join(self.ignored)}" if self.ignored else ""
-        return f"looked at {self.source}: {', '.join(found) or 'no dump or passages file'}{ignored}"
+        found = ([f"dump {self.dump.path.name}"] if self.dump else []) + [
+            f"passages {taken.path.name} ({taken.fmt})" for taken in self.passages]  # fmt: skip
+        others = "".join(f"; {title}: {', '.join(f'{name} ({why})' for name, why in entries.items())}"
+                         for title, entries in (("left for later", self.left), ("refused", self.refused),
+                                                ("ignored", self.ignored)) if entries)  # fmt: skip
+        return f"looked at {self.source}: {', '.join(found) or 'no dump or passages file'}{others}"
 
 
 def default_source(workspace_root: Path) -> Path:
@@ -49,38 +99,180 @@ def default_source(workspace_root: Path) -> Path:
     return workspace_root / INCOMING
 
 
-def _kind(path: Path, passages_format: str | None) -> tuple[str, str | None] | str:
-    """("dump", None) or ("passages", format), else why the path is ignored."""
+def _temporary(name: str) -> str | None:
+    """Why a name says the file is not complete (or not meant to be taken), else None."""
+    lowered = name.lower()
+    if lowered.startswith("."):
+        return "a hidden or temporary name: rename it when complete"
+    if lowered.startswith("~") or lowered.endswith("~"):
+        return "an editor's backup or lock name"
+    if lowered.endswith(TEMPORARY_SUFFIXES):
+        return "a temporary name: still being written, rename it when complete"
+    return None
+
+
+def _not_plain(mode: int) -> str | None:
+    """Why an entry of this `lstat` mode is refused, else None (a regular file or a folder)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link: only files inside the folder are taken, links are never followed"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "not a regular file (a fifo, socket or device)"
+    return None
+
+
+def _unsettled(looked: os.stat_result, settle_seconds: float, now: float) -> str | None:
+    """Why a file changed too recently to be taken, else None."""
+    age = now - looked.st_mtime
+    if age < settle_seconds:
+        return f"changed {max(age, 0):.0f} s ago, within the settle time of {settle_seconds:g} s: taken once unchanged"
+    return None
+
+
+def _classify(path: Path, passages_format: str | None) -> tuple[str, str | None] | str:
+    """("dump", None) or ("passages", format) for a regular file, else why it is ignored."""
     name = path.name.lower()
-    if name.startswith((".", "~")):
-        return "hidden or temporary"
-    if path.is_dir():
-        return ("passages", "beir") if (path / "corpus.jsonl").is_file() else "a folder without corpus.jsonl"
     if name.endswith(DUMP_SUFFIXES):
         return ("dump", None)
     fmt = PASSAGE_FORMATS.get(path.suffix.lower()) or passages_format
     return ("passages", fmt) if fmt else "not a dump (.xml, .xml.bz2) or passages file (.tsv, .jsonl)"
 
 
-def look_at(source: Path, passages_format: str | None = None) -> Incoming:
-    """What `source` (a file or a folder) holds for a re-index. A file whose name says nothing
-    is read as `passages_format`; a missing source raises, naming it."""
+def _look_at_entry(incoming: Incoming, path: Path, passages_format: str | None, settle_seconds: float,
+                   now: float) -> Taken | None:  # fmt: skip
+    """The entry as a file to take, or None with why filed in `incoming`."""
+    name = path.name
+    why = _temporary(name) if incoming.folder else None
+    if why:
+        incoming.left[name] = why
+        return None
+    looked = os.lstat(path)
+    if (why := _not_plain(looked.st_mode)) is not None:
+        incoming.refused[name] = why
+        return None
+    data, kind = path, _classify(path, passages_format)
+    if stat.S_ISDIR(looked.st_mode):
+        if name == REJECTED and incoming.folder:
+            incoming.ignored[name] = "where malformed files are set aside"
+            return None
+        data, kind = path / BEIR_CORPUS, ("passages", "beir")
+        try:
+            looked = os.lstat(data)
+        except FileNotFoundError:
+            incoming.ignored[name] = f"a folder without {BEIR_CORPUS}"
+            return None
+        if (why := _not_plain(looked.st_mode)) is not None or stat.S_ISDIR(looked.st_mode):
+            incoming.refused[name] = f"its {BEIR_CORPUS} is {why or 'a folder'}"
+            return None
+    if isinstance(kind, str):
+        incoming.ignored[name] = kind
+        return None
+    if looked.st_nlink > 1:
+        incoming.refused[name] = f"a hard link ({looked.st_nlink} names): copy the file into the folder instead"
+        return None
+    if (why := _unsettled(looked, settle_seconds, now)) is not None:
+        incoming.left[name] = why
+        return None
+    return Taken(path, data, kind[0], kind[1], looked)
+
+
+def look_at(source: Path, passages_format: str | None = None, settle_seconds: float = 0.0,
+            now: float | None = None) -> Incoming:  # fmt: skip
+    """What `source` (a file or a folder; a link to one is followed, its entries never are) holds
+    for a re-index: the newest complete dump and every complete passages file, and each other
+    entry with why it is left for later, refused or ignored. A file whose name says nothing is
+    read as `passages_format`; a missing source raises, naming it."""
+    source = source.expanduser()
     if not source.exists():
         raise FileNotFoundError(f"the re-index source {source} does not exist: give an existing dump, passages "
                                 f"file or folder (the default, {INCOMING}/ in the workspace, is created when empty)")
-    incoming = Incoming(source)
-    entries = [source] if source.is_file() else sorted(source.iterdir())
+    source = source.resolve()  # the watched path itself may be a link; what it holds is checked entry by entry
+    now = time.time() if now is None else now
+    incoming = Incoming(source, folder=source.is_dir())
+    entries = sorted(source.iterdir()) if incoming.folder else [source]
     dumps = []
     for path in entries:
-        kind = _kind(path, passages_format if path == source else None)
-        if isinstance(kind, str):
-            incoming.ignored.append(f"{path.name} ({kind})")
-        elif kind[0] == "dump":
-            dumps.append(path)
+        taken = _look_at_entry(incoming, path, passages_format if path == source else None, settle_seconds, now)
+        if taken is None:
+            continue
+        if taken.kind == "dump":
+            dumps.append(taken)
         else:
-            incoming.passages.append((path, kind[1]))  # type: ignore[arg-type]
+            incoming.passages.append(taken)
     if dumps:
-        dumps.sort(key=lambda p: (p.stat().st_mtime, p.name))
+        dumps.sort(key=lambda t: (t.looked.st_mtime, t.path.name))
         incoming.dump = dumps[-1]
-        incoming.ignored.extend(f"{p.name} (an older dump than {incoming.dump.name})" for p in dumps[:-1])
+        incoming.ignored.update({t.path.name: f"an older dump than {incoming.dump.path.name}" for t in dumps[:-1]})
     return incoming
+
+
+def given(dump: str | None, passages: str | None, passages_format: str) -> Incoming:
+    """The dump and passages file (or BEIR folder) named to a re-index: taken as they are (their
+    user chose them: links are followed, no settle time), checked and opened like watched ones."""
+    incoming = Incoming(Path(passages or dump or ".").expanduser().resolve(), folder=False)
+    for named, kind, fmt in ((dump, "dump", None), (passages, "passages", passages_format)):
+        if not named:
+            continue
+        path = Path(named).expanduser().resolve()
+        data = path / BEIR_CORPUS if kind == "passages" and fmt == "beir" and path.is_dir() else path
+        if not data.is_file():
+            raise FileNotFoundError(f"{'dump' if kind == 'dump' else 'passage file'} not found: {data}")
+        taken = Taken(path, data, kind, fmt, os.stat(data), given=True)
+        if kind == "dump":
+            incoming.dump = taken
+        else:
+            incoming.passages.append(taken)
+    return incoming
+
+
+@contextlib.contextmanager
+def open_taken(taken: Taken) -> Iterator[BinaryIO]:
+    """The taken file, opened without following a link (the file itself and, in a BEIR folder,
+    the folder) and checked to be the very file that was looked at, unchanged; else `NotTaken`."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if taken.given else os.O_NOFOLLOW)  # (a fifo never blocks)
+    folder = None
+    try:
+        if taken.data != taken.path and not taken.given:
+            folder = os.open(taken.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(taken.data.name if folder is not None else taken.data, flags, dir_fd=folder)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotTaken("became a symbolic link after it was looked at", refused=True) from None
+        if error.errno == errno.ENOENT:
+            raise NotTaken("gone before it was read") from None
+        raise NotTaken(f"cannot be opened ({os.strerror(error.errno or 0)})") from None
+    finally:
+        if folder is not None:
+            os.close(folder)
+    handle = os.fdopen(fd, "rb")
+    with handle:
+        opened = os.fstat(handle.fileno())
+        if not stat.S_ISREG(opened.st_mode) or not taken.unchanged(opened):
+            raise NotTaken("changed after it was looked at: taken once unchanged")
+        yield handle
+
+
+def still_unchanged(taken: Taken, handle: BinaryIO) -> bool:
+    """After reading: whether the file kept its size and mtime (it did not grow while read)."""
+    return taken.unchanged(os.fstat(handle.fileno()))
+
+
+def set_aside(incoming: Incoming, taken: Taken, why: str) -> str | None:
+    """Move a malformed entry into the folder's ``rejected/`` (stamped with the time, beside a
+    ``.why`` note with the content-free reason), so the next runs take the other files; returns
+    where it went, or None when it stays (a watched single file, or a move that failed)."""
+    if not incoming.folder:
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = incoming.source / REJECTED / f"{stamp}-{taken.path.name}"
+    try:
+        target.parent.mkdir(exist_ok=True)
+        if target.exists() or target.is_symlink():
+            return None
+        os.rename(taken.path, target)
+    except OSError:
+        return None
+    from ...storage.atomic import atomic_write_text  # (pyarrow: not imported by the CLI's option defaults)
+
+    with contextlib.suppress(OSError):
+        atomic_write_text(target.with_name(f"{target.name}.why"), why + "\n")
+    return f"{REJECTED}/{target.name}"

@@ -17,8 +17,12 @@ record and the `metrics` table under the run name `reindex:<release>`.
 
 The weekly deployment is given no dump or passages: it watches a source (`watch`: a dump, a
 passages file or a folder where new files land, by default `<workspace>/incoming/`; see
-`flows.compositions.incoming`) and ingests what it finds there. Every run logs where it looked, what it
-found, what each file changed and whether a new release was published.
+`flows.compositions.incoming`) and takes the files that are complete there (unchanged for
+`settle_seconds`, not under a temporary name, not a link). Every file a run takes is committed
+in one switch, or none is (`flows.compositions.ingest_run`): a malformed one fails the run before
+anything is committed and is set aside. Every run logs where it looked, what it found, what it
+added, replaced, found unchanged or left for later (and why), and whether a new release was
+published.
 
 Two re-indexes never overlap (`storage.releases.reindex_lock`): a second one waits up to
 `wait_seconds` and is then refused, saying which run holds the lock since when.
@@ -47,9 +51,8 @@ from ..plumbing.task_runners import RunnerSettings
 from ..stages.bm25 import build_bm25
 from ..stages.encode import encode
 from ..stages.index import index_params, index_task
-from ..stages.passages import import_passages_flow
-from ..stages.wikipedia import ingest_dump_incremental, ingest_wikipedia_flow
-from .incoming import default_source, look_at
+from .incoming import SETTLE_SECONDS, default_source, given, look_at
+from .ingest_run import IngestRunReport, ingest_together
 from .reindex_plan import ReindexPlan, ReindexRefused, plan_reindex
 
 
@@ -63,46 +66,26 @@ class ReindexReport(Report):
     dropped: list[str] = field(default_factory=list)  # what was dropped by name
     figures: dict[str, Any] = field(default_factory=dict)
     pruned_releases: list[str] = field(default_factory=list)
-    ingested: dict[str, Any] = field(default_factory=dict)  # the reports of the ingest stages
+    ingested: dict[str, Any] = field(default_factory=dict)  # what the run took and left (IngestRunReport)
     spread: ClassVar[dict[str, str]] = {"figures": ""}
     hidden: ClassVar[tuple[str, ...]] = ("ingested",)
 
 
-def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str) -> dict[str, Report]:
-    ingested: dict[str, Report] = {}
-    if dump:
-        if Path(dump).expanduser().is_file():
-            ingested["dump"] = ingest_dump_incremental(ws, Path(dump).expanduser().resolve())
-        else:
-            ingested["dump"] = ingest_wikipedia_flow(dump=dump, workspace=str(ws.root))  # its error message
-    if passages:
-        # Re-indexing from a corpus file means taking its new content: replacing its rows is the point.
-        ingested["passages"] = import_passages_flow(fmt=passages_format, path=passages, workspace=str(ws.root),
-                                                    replace=True)
-    return ingested
+def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str) -> IngestRunReport:
+    """Ingest the dump and passages file given to the run (re-indexing from a corpus file means
+    taking its new content: it replaces its earlier rows), committed together."""
+    return ingest_together(ws, given(dump, passages, passages_format))
 
 
-def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str) -> dict[str, Report]:
-    """Ingest what the watched source holds (`flows.compositions.incoming`), logging where it looked and what
-    each file changed."""
-    log = stage_logger()
-    source = Path(watch).expanduser().resolve() if watch else default_source(ws.root)
+def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str, settle_seconds: float) -> IngestRunReport:
+    """Ingest what is complete at the watched source (`flows.compositions.incoming`), logging where
+    it looked and what it found there."""
+    source = Path(watch).expanduser() if watch else default_source(ws.root)
     if not watch:
         source.mkdir(parents=True, exist_ok=True)  # so a user sees where new files go
-    incoming = look_at(source, passages_format)
-    log.info("re-index %s", incoming.describe())
-    ingested: dict[str, Report] = {}
-    if incoming.dump is not None:
-        ingested["dump"] = report = ingest_dump_incremental(ws, incoming.dump)
-        log.info("dump %s: %s", incoming.dump.name, "unchanged since the last ingest" if report.noop else
-                 f"{report.pages_recleaned} pages cleaned again, {report.pages_reused} reused, "
-                 f"{report.pages_removed} removed")  # fmt: skip
-    for path, fmt in incoming.passages:
-        ingested[f"passages:{path.name}"] = imported = import_passages_flow(fmt=fmt, path=str(path),
-                                                                           workspace=str(ws.root))  # fmt: skip
-        log.info("passages %s: %s", path.name, "already imported with identical content" if imported.noop else
-                 f"{imported.passages} passages imported")  # fmt: skip
-    return ingested
+    incoming = look_at(source, passages_format, settle_seconds)
+    stage_logger().info("re-index %s", incoming.describe())
+    return ingest_together(ws, incoming)
 
 
 def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
@@ -158,6 +141,7 @@ def reindex_flow(
     shard_size: int = 50_000,
     runner: RunnerSettings | None = None,
     memory_gb: float | None = None,
+    settle_seconds: float = SETTLE_SECONDS,
 ) -> ReindexReport:
     """Ingest a new dump or passages file, rebuild the retrievers that serve beside them, publish.
 
@@ -174,8 +158,9 @@ def reindex_flow(
             re-index: the newest trained model, if any).
         watch: When no dump or passages is given: the source looked at on every run, a dump
             (.xml, .xml.bz2), a passages file (.tsv, .jsonl) or a folder where such files land
-            (the newest dump and every passages file in it are ingested); empty: the folder
-            incoming/ of the workspace.
+            (the newest complete dump and every complete passages file in it are ingested, all
+            or none; write a file under a temporary name such as name.tsv.part, then rename it);
+            empty: the folder incoming/ of the workspace.
         index_type: FAISS index type: flat, hnsw or ivfpq.
         bm25: Rebuild the BM25 (Lucene) index when it serves (the first re-index builds it); off
             while BM25 serves is refused unless drop_bm25.
@@ -194,6 +179,8 @@ def reindex_flow(
         runner: Encode shards as tasks on this task runner (threads, processes or a Dask cluster);
             empty: in process, or on $ODQA_DASK_ADDRESS's cluster when set.
         memory_gb: Memory budget of the FAISS build in GB; empty: no limit.
+        settle_seconds: A watched file is taken once unchanged (size and time) for this long;
+            one changed more recently waits for a later run.
     """
     log = stage_logger()
     ws = Workspace.resolve(workspace)
@@ -207,16 +194,15 @@ def reindex_flow(
         if dump or passages:
             ingested = _ingest(ws, dump, passages, passages_format)
         else:
-            ingested = _ingest_watched(ws, watch, passages_format)
+            ingested = _ingest_watched(ws, watch, passages_format, settle_seconds)
         if ws.rows("passages") == 0:
             raise ValueError("the passages table is empty: give a dump or passages to ingest")
         version = require_passages(ws)
         figures: dict[str, Any] = {"passages": ws.rows("passages")}
         log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
-        dumped = ingested.get("dump")
-        if dumped is not None:
-            figures.update({name: getattr(dumped, name) for name in ("pages_recleaned", "pages_reused", "pages_removed")
-                            if getattr(dumped, name) is not None})  # fmt: skip
+        dumped = ingested.dump or {}
+        figures.update({name: dumped[name] for name in ("pages_recleaned", "pages_reused", "pages_removed")
+                        if dumped.get(name) is not None})  # fmt: skip
         if plan.bm25:
             built = build_bm25(ws, threads)
             figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
@@ -234,8 +220,7 @@ def reindex_flow(
     report = ReindexReport(release=release.release, previous=published.previous, passages_version=version,
                            model=release.default_model, models=[ref.passage_name for ref in plan.models],
                            dropped=release.dropped if published.published else [], figures=figures,
-                           pruned_releases=published.pruned_releases,
-                           ingested={name: done.as_dict() for name, done in ingested.items()},
+                           pruned_releases=published.pruned_releases, ingested=ingested.as_dict(),
                            noop=not published.published)  # fmt: skip
     if published.published:
         with ws.transaction(f"reindex:{release.release}") as tx:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +25,7 @@ from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
 from ...storage.reports import Report
+from ...storage.tables import Transaction, entries_after
 from ...storage.write_targets import check_file_target, export_file
 from ..plumbing.skip_unchanged import finished_report
 
@@ -63,6 +66,14 @@ def passages_stage(fmt: str, path: Path) -> str:
     return f"import-passages:{import_source(fmt, path)}"
 
 
+@contextmanager
+def passages_import_lock(ws: Workspace, purpose: str) -> Iterator[None]:
+    """One writer of imported passages at a time (`odqa import passages`, a re-index's files): the
+    duplicate check must see every commit before its own."""
+    with writer_lock(ws.root, "table:passages:import", f"the passages table ({purpose})"):
+        yield
+
+
 def import_source(fmt: str, path: Path) -> str:
     """The `source` tag of an imported corpus: its format and full path, so that two files of the
     same name are two sources (re-importing one path replaces its rows only with --replace)."""
@@ -75,18 +86,56 @@ def _existing_ids(ws: Workspace, source: str) -> pa.Array:
     return table.column("passage_id").combine_chunks()
 
 
-def _refuse_duplicates(ws: Workspace, staged: list[Path], source: str, source_path: Path) -> None:
-    kept = [e for e in ws.snapshot().files("passages") if e.source != source]
-    within, across = duplicate_passage_ids(staged, kept, ws.root)
+def _refuse_duplicates(ws: Workspace, tx: Transaction, run: Sequence[Transaction], source_path: Path,
+                       name_ids: bool) -> None:  # fmt: skip
+    """Refuse this file when its passage ids repeat within it or clash with the rows the table
+    holds after `run` (the transactions committed together with `tx`). `name_ids`: quote the ids
+    (`odqa import passages`, for a file its user chose); else the message names the other
+    sources only, never a value read from the file (the watched folder)."""
+    kept = entries_after(run, "passages", leaving_out=tx)
+    within, across = duplicate_passage_ids(tx.staged_files("passages"), kept, ws.root)
     if within:
-        listed = ", ".join(f"{pid!r} ({n} times)" for pid, n in within)
-        raise PassageFormatError(f"{source_path}: duplicate passage ids within the file: {listed}; ids must be unique")
+        listed = ": " + ", ".join(f"{pid!r} ({n} times)" for pid, n in within) if name_ids else ""
+        raise PassageFormatError(f"{source_path}: duplicate passage ids within the file{listed}; ids must be unique")
     if across:
-        listed = ", ".join(f"{pid!r} (from {other})" for pid, other in across)
+        listed = (", ".join(f"{pid!r} (from {other})" for pid, other in across) if name_ids else
+                  "ids held by " + ", ".join(sorted({other for _, other in across})))  # fmt: skip
         raise PassageFormatError(
             f"{source_path}: passage ids already in the workspace from another source: {listed}. Ids must be "
             "unique across the workspace; pass --on-duplicate keep-existing to skip such rows of this file"
         )
+
+
+def stage_passages(ws: Workspace, tx: Transaction, fmt: str, source_path: Path, *, run: Sequence[Transaction] = (),
+                   opened: BinaryIO | None = None, on_duplicate: str = "refuse",
+                   max_record_bytes: int = MAX_RECORD_BYTES, name_ids: bool = True) -> ImportPassagesReport:  # fmt: skip
+    """Stage one passages file into `tx` (replacing its source's earlier rows at commit) and set
+    the stage's report; refuses (`PassageFormatError`) a malformed file or ids that clash with
+    the table as it will be once `run` (the transactions committing together, `tx` among them)
+    is committed. `opened`: the file already open, `source_path` naming it."""
+    source = import_source(fmt, source_path)
+    rows = skipped = 0
+    existing = _existing_ids(ws, source) if on_duplicate == "keep-existing" else None
+    tx.replace_source("passages", source)
+    writer = tx.writer("passages", source=source)
+    with progress(None, f"import {source_path.name}", "passages") as bar:
+        for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes, opened=opened):
+            table = pa.Table.from_batches([batch])
+            if existing is not None:
+                table = table.filter(pc.invert(pc.is_in(table.column("passage_id"), value_set=existing)))
+                skipped += batch.num_rows - table.num_rows
+            writer.write(table.append_column("source", pa.array([source] * table.num_rows, pa.string())))
+            rows += table.num_rows
+            bar.update(batch.num_rows)
+    writer.close()
+    _refuse_duplicates(ws, tx, run or [tx], source_path, name_ids)
+    files = ws.snapshot().files("passages")
+    replaced = sum(e.rows for e in files if e.source == source)
+    kept = sum(e.rows for e in entries_after(run or [tx], "passages", leaving_out=tx))
+    report = ImportPassagesReport(passages=rows, source=source, replaced=replaced, kept=kept,
+                                  skipped_duplicates=skipped, total=kept + rows)  # fmt: skip
+    tx.report = report.ledger()
+    return report
 
 
 @task(name="import-passages")
@@ -94,31 +143,25 @@ def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint:
                          on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES) -> ImportPassagesReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
     source_path = Path(path)
-    source = import_source(fmt, source_path)
-    rows = skipped = 0
-    existing = _existing_ids(ws, source) if on_duplicate == "keep-existing" else None
     with ws.transaction(passages_stage(fmt, source_path), fingerprint=stage_fingerprint) as tx:
-        tx.replace_source("passages", source)
-        writer = tx.writer("passages", source=source)
-        with progress(None, f"import {source_path.name}", "passages") as bar:
-            for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes):
-                table = pa.Table.from_batches([batch])
-                if existing is not None:
-                    table = table.filter(pc.invert(pc.is_in(table.column("passage_id"), value_set=existing)))
-                    skipped += batch.num_rows - table.num_rows
-                writer.write(table.append_column("source", pa.array([source] * table.num_rows, pa.string())))
-                rows += table.num_rows
-                bar.update(batch.num_rows)
-        writer.close()
-        _refuse_duplicates(ws, tx.staged_files("passages"), source, source_path)
-        files = ws.snapshot().files("passages")
-        replaced = sum(e.rows for e in files if e.source == source)
-        kept = sum(e.rows for e in files if e.source != source)
-        report = ImportPassagesReport(passages=rows, source=source,
-                                      replaced=replaced, kept=kept, skipped_duplicates=skipped,
-                                      total=kept + rows)  # fmt: skip
-        tx.report = report.ledger()
-    return report
+        return stage_passages(ws, tx, fmt, source_path, on_duplicate=on_duplicate, max_record_bytes=max_record_bytes)
+
+
+def imported_before(ws: Workspace, fmt: str, source_path: Path, stage_fingerprint: str) -> ImportPassagesReport | None:
+    """The recorded report when this file was imported with this content (a no-op), else None."""
+    return finished_report(ws, passages_stage(fmt, source_path), stage_fingerprint, ImportPassagesReport,
+                           f"{source_path} already imported with identical content")  # fmt: skip
+
+
+def passages_fingerprint(fmt: str, sha256: str, on_duplicate: str = "refuse") -> str:
+    """The import stage's fingerprint: the format, the file's content hash and the duplicate rule."""
+    return fingerprint("import-passages", fmt, sha256, on_duplicate)
+
+
+def held_rows(ws: Workspace, fmt: str, source_path: Path) -> int:
+    """Rows an earlier import of this file (format and path) holds in the passages table."""
+    source = import_source(fmt, source_path)
+    return sum(e.rows for e in ws.snapshot().files("passages") if e.source == source)
 
 
 @flow(name="import-passages")
@@ -152,15 +195,13 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
     if not data_file.is_file():
         raise FileNotFoundError(f"passage file not found: {data_file}")
     source = import_source(fmt, source_path)
-    stage = passages_stage(fmt, source_path)
     # One passages import at a time: the duplicate check must see every commit before its own.
-    with writer_lock(ws.root, "table:passages:import", f"the passages table (import of {source_path})"):
-        stage_fp = fingerprint("import-passages", fmt, file_sha256(data_file), on_duplicate)
-        done = finished_report(ws, stage, stage_fp, ImportPassagesReport, f"{source_path} already imported with "
-                               "identical content")  # fmt: skip
+    with passages_import_lock(ws, f"import of {source_path}"):
+        stage_fp = passages_fingerprint(fmt, file_sha256(data_file), on_duplicate)
+        done = imported_before(ws, fmt, source_path, stage_fp)
         if done is not None:
             return done
-        held = sum(e.rows for e in ws.snapshot().files("passages") if e.source == source)
+        held = held_rows(ws, fmt, source_path)
         if held and not replace:
             raise FileExistsError(
                 f"{source_path} was imported before with other content ({held:,} passages of source {source}); "

@@ -39,7 +39,7 @@ from ...storage import Workspace
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.ingest_state import forget_page_hashes, page_hashes_file, page_hashes_meta, record_page_hashes
 from ...storage.reports import Report
-from ...storage.tables import table_dataset
+from ...storage.tables import Transaction, table_dataset
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
 from ..plumbing.task_runners import RunnerSettings, mapping_runner
@@ -90,39 +90,46 @@ def ingest_dump(
     processes them, they are written here, in chunk order, one resumable group each.
     """
     chunks = chunks or (lambda start: iter_chunks(dump, options, start_chunk=start))
-    counts: Counter[str] = Counter()
-    skipped: Counter[str] = Counter()
     with ws.transaction(STAGE, fingerprint=stage_fingerprint, resumable=True) as tx:
-        for table in TABLES:
-            tx.replace_source(table, SOURCE)
-        problems: list[str] = []
-        resumed = 0  # chunks an interrupted earlier attempt already staged: taken over, not redone
-        while (meta := tx.group_done(_chunk_key(resumed))) is not None:
-            counts.update(meta["counts"])
-            skipped.update(meta["skipped"])
-            resumed += 1
-        with progress(None, f"ingest {dump.name}", "pages") as bar:
-            for chunk in chunks(resumed):
-                tx.write_group(
-                    _chunk_key(chunk.index),
-                    {
-                        "articles": _with_source(chunk.articles),
-                        "passages": _with_source(chunk.passages),
-                        "category_links": _with_source(chunk.category_links),
-                    },
-                    source=SOURCE,
-                    meta={"counts": chunk.counts, "skipped": chunk.skipped},
-                )
-                counts.update(chunk.counts)
-                skipped.update(chunk.skipped)
-                problems.extend(chunk.problems)
-                bar.update(chunk.pages)
-        more = [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"] if len(problems) > MAX_PROBLEMS_REPORTED else []
-        report = IngestReport(dump=str(dump), resumed_chunks=resumed, pages=dict(sorted(counts.items())),
-                              skipped=dict(sorted(skipped.items())), problems=problems[:MAX_PROBLEMS_REPORTED] + more)  # fmt: skip
-        tx.report = report.ledger()
+        report = stage_dump(tx, dump, chunks)
     snapshot = ws.snapshot()
     report.rows = {table: snapshot.rows(table) for table in TABLES}
+    return report
+
+
+def stage_dump(tx: Transaction, dump: Path, chunks: ChunkSource) -> IngestReport:
+    """Stage the dump's rows into `tx` (replacing the Wikipedia rows at commit), taking over the
+    chunks an interrupted earlier attempt staged; sets and returns the stage report."""
+    counts: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    for table in TABLES:
+        tx.replace_source(table, SOURCE)
+    problems: list[str] = []
+    resumed = 0  # chunks an interrupted earlier attempt already staged: taken over, not redone
+    while (meta := tx.group_done(_chunk_key(resumed))) is not None:
+        counts.update(meta["counts"])
+        skipped.update(meta["skipped"])
+        resumed += 1
+    with progress(None, f"ingest {dump.name}", "pages") as bar:
+        for chunk in chunks(resumed):
+            tx.write_group(
+                _chunk_key(chunk.index),
+                {
+                    "articles": _with_source(chunk.articles),
+                    "passages": _with_source(chunk.passages),
+                    "category_links": _with_source(chunk.category_links),
+                },
+                source=SOURCE,
+                meta={"counts": chunk.counts, "skipped": chunk.skipped},
+            )
+            counts.update(chunk.counts)
+            skipped.update(chunk.skipped)
+            problems.extend(chunk.problems)
+            bar.update(chunk.pages)
+    more = [f"... and {len(problems) - MAX_PROBLEMS_REPORTED} more"] if len(problems) > MAX_PROBLEMS_REPORTED else []
+    report = IngestReport(dump=str(dump), resumed_chunks=resumed, pages=dict(sorted(counts.items())),
+                          skipped=dict(sorted(skipped.items())), problems=problems[:MAX_PROBLEMS_REPORTED] + more)  # fmt: skip
+    tx.report = report.ledger()
     return report
 
 
@@ -251,15 +258,47 @@ def _previous_pages(ws: Workspace, options_fp: str) -> PageHashes | None:
     return PageHashes.read(page_hashes_file(ws))
 
 
-def ingest_dump_incremental(ws: Workspace, dump: Path, words_per_passage: int = 100) -> IngestReport:
+@dataclass
+class StagedDump:
+    """A re-index's dump ingest, staged to commit together with the run's other files (or not at
+    all); `transaction` is None when the dump is unchanged since its last ingest (a no-op)."""
+
+    report: IngestReport
+    transaction: Transaction | None = None
+    hashes: PageHashWriter | None = None  # the dump's page hashes, kept for the next re-index
+    options_fingerprint: str = ""
+
+    def committed(self, ws: Workspace) -> None:
+        """After the run's commit: keep the page hashes as the base of the next incremental ingest."""
+        if self.transaction is None or self.hashes is None:
+            return
+        if self.report.resumed_chunks:  # the hashes miss the chunks an earlier attempt wrote
+            self.hashes.abort()
+            forget_page_hashes(ws)
+        else:
+            self.hashes.commit()
+            record_page_hashes(ws, {"passages_version": ws.table_version("passages"),
+                                    "options": self.options_fingerprint, "dump": self.report.dump})  # fmt: skip
+        snapshot = ws.snapshot()
+        self.report.rows = {table: snapshot.rows(table) for table in TABLES}
+
+    def aborted(self) -> None:
+        """The run commits nothing: drop the page hashes (the staged chunks stay for a resumption)."""
+        if self.transaction is not None and self.hashes is not None:
+            self.transaction.abort()
+            self.hashes.abort()
+
+
+def stage_dump_incremental(ws: Workspace, dump: Path, words_per_passage: int = 100) -> StagedDump:
     """The Wikipedia ingest stage (same stage, fingerprint and rows as `odqa ingest wikipedia`),
-    cleaning only the pages that changed since the previous re-index's dump."""
+    cleaning only the pages that changed since the previous re-index's dump, staged for the
+    caller's commit (`storage.tables.commit_together`); then `committed` or `aborted`."""
     options = IngestOptions(words_per_passage=words_per_passage)
     options_fp = fingerprint({k: v for k, v in asdict(options).items() if k != "workers"})
     stage_fp = dump_fingerprint(dump, options)
     done = finished_report(ws, STAGE, stage_fp, IngestReport, f"{dump.name}: unchanged dump and options")
     if done is not None:
-        return done
+        return StagedDump(done)
     previous = _previous_pages(ws, options_fp)
     old = None
     if previous is not None:
@@ -272,19 +311,14 @@ def ingest_dump_incremental(ws: Workspace, dump: Path, words_per_passage: int = 
         raw = iter_raw_chunks(dump, options, start_chunk=start)
         return diff_chunks(raw, options, previous or PageHashes.empty(), old, counts, writer if start == 0 else None)
 
+    tx = ws.transaction(STAGE, fingerprint=stage_fp, resumable=True)
     try:
-        report = ingest_dump(ws, dump, options, stage_fp, chunks=chunks)
+        report = stage_dump(tx, dump, chunks)
     except BaseException:
+        tx.abort()
         writer.abort()
         raise
-    if report.resumed_chunks:  # the hashes miss the chunks an earlier attempt wrote
-        writer.abort()
-        forget_page_hashes(ws)
-    else:
-        writer.commit()
-        record_page_hashes(ws, {"passages_version": ws.table_version("passages"), "options": options_fp,
-                                "dump": str(dump)})
     report.pages_recleaned, report.pages_reused = counts.recleaned, counts.reused
     report.pages_removed = counts.removed(previous) if previous is not None else 0
     report.incremental = previous is not None
-    return report
+    return StagedDump(report, tx, writer, options_fp)

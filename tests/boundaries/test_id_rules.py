@@ -50,7 +50,7 @@ def test_the_rules_of_each_kind_of_id() -> None:
             check_passage_id(bad, "f:1")
         assert problem in str(refused.value)
     assert check_question_id("what? with spaces", "f:2") == "what? with spaces" and check_question_id(7, "f:2") == "7"
-    with pytest.raises(IdRuleError, match=r"f:2: the question id is an object \({'a': 1}\)"):
+    with pytest.raises(IdRuleError, match=r"f:2: the question id is an object; "):
         check_question_id({"a": 1}, "f:2")
     for good in ("m", "sde-nq_v2.1", "recipe:m", "é" * 64):
         assert check_model_id(good) == good and check_run_name(good) == good
@@ -80,7 +80,7 @@ def test_a_passage_id_with_a_space_is_refused_at_import(cli, tmp_path: Path) -> 
     tsv.write_text("id\ttext\ttitle\np1x\tfine\tA\np 2\ttwo\tB\n", encoding="utf-8")
     before = workspace_state(root)
     result = cli("--workspace", str(root), "import", "passages", "--format", "dpr-tsv", str(tsv), ok=False)
-    assert f"{tsv}:3: passage id 'p 2' is refused: it holds the character ' '" in result.output, result.output
+    assert f"{tsv}:3: the passage id is refused: it holds the character ' '" in result.output, result.output
     assert "without whitespace or control characters" in result.output
     assert workspace_state(root) == before
     corpus = tmp_path / "corpus.jsonl"
@@ -103,7 +103,7 @@ def test_a_dpr_json_passage_id_that_is_an_object_is_refused_at_import(cli, tmp_p
     before = workspace_state(root)
     result = cli("--workspace", str(root), "import", "questions", "--format", "dpr-json", "--dataset", "nq",
                  "--split", "train", str(path), ok=False)  # fmt: skip
-    assert f"{path}: element 1, hard_negative_ctxs[0].passage_id: the passage id is an object ({{'a': 1}})" \
+    assert f"{path}: element 1, hard_negative_ctxs[0].passage_id: the passage id is an object; " \
         in result.output, result.output  # fmt: skip
     assert workspace_state(root) == before
     path.write_text(json.dumps([{"question_id": ["x"], "question": "q?", "answers": ["a"]}]), encoding="utf-8")
@@ -121,7 +121,7 @@ def test_passage_ids_made_from_the_dataset_name_are_checked(tmp_path: Path) -> N
     (beir / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
     (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "q?"}\n')
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td 1\t1\n")
-    with pytest.raises(IdRuleError, match=rf"{beir / 'qrels' / 'test.tsv'}:2: passage id 'd 1' is refused"):
+    with pytest.raises(IdRuleError, match=rf"{beir / 'qrels' / 'test.tsv'}:2: the passage id is refused"):
         _consume("beir", beir, dataset="scifact", split="test")
 
 

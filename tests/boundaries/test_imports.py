@@ -48,7 +48,7 @@ def test_malformed_records_are_refused_with_file_and_line(cli, ws: Path, tmp_pat
     _refused(cli, ws, fields, f"{fields}:3", "3 tab-separated fields")
     latin = tmp_path / "latin.tsv"
     latin.write_bytes((HEADER + "1\tfine\tA\n2\tZ\xfcrich\tB\n").encode("latin-1"))
-    _refused(cli, ws, latin, f"{latin}:3", "not UTF-8", "0xfc")
+    _refused(cli, ws, latin, f"{latin}:3", "not UTF-8 (at byte 4 of the line)")
     long = _tsv(tmp_path / "long.tsv", "1\tfine\tA", "2\t" + "w " * 3000 + "\tB")
     _refused(cli, ws, long, f"{long}:3", "longer than 1,000 bytes", flags=("--max-record-bytes", "1000"))
     empty = tmp_path / "empty.tsv"

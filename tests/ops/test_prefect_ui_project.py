@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 import urllib.request
@@ -226,7 +227,8 @@ def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: 
 
             assert current_release(Workspace.resolve(ws)) is None
             (ws / "incoming").mkdir()
-            write_passages(ws / "incoming" / "new.tsv", NEW_PASSAGES)  # lands where the re-index looks
+            landed = write_passages(ws / "incoming" / "new.tsv", NEW_PASSAGES)  # lands where the re-index looks
+            os.utime(landed, (time.time() - 3600,) * 2)  # ... an hour ago: past the settle time, complete
             _quick_run(browser, ui, reindex["id"])
             reindexed = _finished(reindex["id"], known, logs)
         release = current_release(Workspace.resolve(ws))

@@ -1,0 +1,254 @@
+"""The watch folder takes only complete files, all or nothing (issue 41, point 1): a growing or
+just-changed file and temporary names wait; links, hard links and special files are refused by
+name, never read; one run commits every file it took or none, setting a malformed one aside; a
+changed file replaces its rows; and no byte of a refused or malformed file reaches a message."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from odqa.flows.compositions.incoming import REJECTED, look_at
+from odqa.flows.compositions.ingest_run import IngestRunReport, MalformedFilesError, ingest_together
+from odqa.storage import Workspace
+from tests.boundaries.conftest import workspace_state
+
+HEADER = "id\ttext\ttitle\n"
+SECRET = "SECRET-7f3a-MARKER"
+SETTLE = 30.0
+
+
+def _tsv(path: Path, rows: list[tuple[str, str, str]], settled: bool = True) -> Path:
+    path.write_text(HEADER + "".join(f"{i}\t{t}\t{h}\n" for i, t, h in rows), encoding="utf-8")
+    if settled:
+        _age(path)
+    return path
+
+
+def _age(path: Path, seconds: float = 3600) -> None:
+    """Set the file's mtime into the past: as if it landed an hour ago."""
+    then = time.time() - seconds
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def _run(ws: Workspace, folder: Path) -> IngestRunReport:
+    return ingest_together(ws, look_at(folder, settle_seconds=SETTLE))
+
+
+def _tables_state(ws: Workspace) -> dict[str, str]:
+    """The workspace's files but incoming/ (where the run sets malformed files aside)."""
+    return {name: digest for name, digest in workspace_state(ws.root).items() if not name.startswith("incoming/")}
+
+
+def _ids(ws: Workspace) -> list[str]:
+    return sorted(ws.sql("SELECT passage_id FROM passages").column("passage_id").to_pylist())
+
+
+@pytest.fixture
+def incoming(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws" / "incoming"
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A file outside the folder whose every line would be a valid passage: only a link leads to it."""
+    path = tmp_path / "outside" / "secret.tsv"
+    path.parent.mkdir()
+    return _tsv(path, [("s1", f"{SECRET} the password", "Secrets")])
+
+
+def test_a_growing_file_waits_until_unchanged_for_the_settle_time(workspace: Workspace, incoming: Path) -> None:
+    growing = incoming / "new.tsv"
+    growing.write_text(HEADER + "1\tThe Eiffel Tower is in Paris.\tEiffel To", encoding="utf-8")  # cut mid-title
+    first = _run(workspace, incoming)
+    assert first.added == [] and "within the settle time of 30 s" in first.left["new.tsv"], first
+    assert workspace.rows("passages") == 0
+    with open(growing, "a", encoding="utf-8") as handle:
+        handle.write("wer\n2\tIt is 330 metres tall.\tEiffel Tower\n")
+    _age(growing)
+    second = _run(workspace, incoming)
+    assert second.added == ["new.tsv"] and second.left == {}, second
+    titles = workspace.sql("SELECT DISTINCT title FROM passages").column("title").to_pylist()
+    assert titles == ["Eiffel Tower"]
+
+
+def test_temporary_names_are_never_taken(workspace: Workspace, incoming: Path) -> None:
+    names = [".new.tsv", "new.tsv.part", "new.tsv.tmp", "new.tsv.partial", "new.tsv.crdownload", "new.tsv~", "~new.tsv"]
+    for number, name in enumerate(names):
+        _tsv(incoming / name, [(str(number), "text", "Title")])
+    report = _run(workspace, incoming)
+    assert sorted(report.left) == sorted(names) and report.added == [], report
+    assert workspace.rows("passages") == 0
+    (incoming / "new.tsv.part").rename(incoming / "new.tsv")  # the writer's last step
+    assert _run(workspace, incoming).added == ["new.tsv"]
+
+
+def test_links_and_special_files_are_refused_by_name_and_never_read(workspace: Workspace, tmp_path: Path,
+                                                                   incoming: Path, secret: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    (incoming / "link.tsv").symlink_to(secret)
+    beir = tmp_path / "outside" / "beir"
+    beir.mkdir()
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "b1", "text": SECRET}) + "\n", encoding="utf-8")
+    (incoming / "linked-beir").symlink_to(beir)
+    (incoming / "beir").mkdir()
+    (incoming / "beir" / "corpus.jsonl").symlink_to(beir / "corpus.jsonl")
+    os.link(secret, incoming / "hard.tsv")
+    os.mkfifo(incoming / "pipe.tsv")
+    _tsv(incoming / "good.tsv", [("g1", "A good passage.", "Good")])
+    watched = tmp_path / "watched"  # the watched folder itself may be given as a link
+    watched.symlink_to(incoming)
+    with caplog.at_level(logging.DEBUG):
+        report = ingest_together(workspace, look_at(watched, settle_seconds=SETTLE))
+    assert report.added == ["good.tsv"] and _ids(workspace) == ["g1"], report
+    assert set(report.refused) == {"link.tsv", "linked-beir", "beir", "hard.tsv", "pipe.tsv"}, report
+    assert "symbolic link" in report.refused["link.tsv"] and "hard link" in report.refused["hard.tsv"]
+    shown = f"{report.as_dict()}\n{caplog.text}"
+    assert SECRET not in shown and str(secret.parent) not in shown, shown
+
+
+def test_a_malformed_file_fails_the_run_before_anything_is_committed(workspace: Workspace, incoming: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    _tsv(incoming / "a-good.tsv", [("g1", "A good passage.", "Good")])
+    (incoming / "b-bad.tsv").write_text(f"{HEADER}b1\tfine\tFine\nb2\t{SECRET} has no title\n", encoding="utf-8")
+    _age(incoming / "b-bad.tsv")
+    (incoming / "c-header.tsv").write_text(f"root:{SECRET}:19000:0:99999:7:::\n", encoding="utf-8")  # like /etc/shadow
+    _age(incoming / "c-header.tsv")
+    before = _tables_state(workspace)
+    with caplog.at_level(logging.DEBUG), pytest.raises(MalformedFilesError) as refused:
+        _run(workspace, incoming)
+    message = str(refused.value)
+    assert _tables_state(workspace) == before and workspace.rows("passages") == 0
+    assert f"{incoming / 'b-bad.tsv'}:3: expected 3 tab-separated fields" in message, message
+    assert f"{incoming / 'c-header.tsv'}:1: expected the header" in message, message
+    assert "a-good.tsv" in message and "taken by the next run" in message, message
+    assert SECRET not in message + caplog.text
+    set_aside = sorted(p.name for p in (incoming / REJECTED).iterdir())
+    assert [n.split("-", 1)[1] for n in set_aside] == ["b-bad.tsv", "b-bad.tsv.why", "c-header.tsv", "c-header.tsv.why"]
+    assert not (incoming / "b-bad.tsv").exists()
+    again = _run(workspace, incoming)  # the next run takes the good file; rejected/ is not an input
+    assert again.added == ["a-good.tsv"] and "rejected" in again.ignored and _ids(workspace) == ["g1"], again
+
+
+def test_files_of_one_run_must_not_clash_with_each_other(workspace: Workspace, incoming: Path) -> None:
+    _tsv(incoming / "a.tsv", [("x1", "first", "A")])
+    _tsv(incoming / "b.tsv", [("x1", f"{SECRET} again", "B")])
+    with pytest.raises(MalformedFilesError, match=r"b\.tsv: passage ids already in the workspace") as refused:
+        _run(workspace, incoming)
+    assert "x1" not in str(refused.value) and SECRET not in str(refused.value)
+    assert workspace.rows("passages") == 0
+    assert _run(workspace, incoming).added == ["a.tsv"]
+
+
+def test_a_changed_file_replaces_its_rows_and_an_unchanged_one_is_a_no_op(workspace: Workspace, incoming: Path) -> None:
+    _tsv(incoming / "a.tsv", [("a1", "one", "A"), ("a2", "two", "A")])
+    _tsv(incoming / "b.tsv", [("b1", "bee", "B")])
+    assert _run(workspace, incoming).added == ["a.tsv", "b.tsv"]
+    _tsv(incoming / "a.tsv", [("a1", "one, corrected", "A"), ("a3", "three", "A")])
+    report = _run(workspace, incoming)
+    assert (report.added, report.replaced, report.unchanged) == ([], ["a.tsv"], ["b.tsv"]), report
+    assert report.passages["a.tsv"]["replaced"] == 2 and report.passages["a.tsv"]["passages"] == 2
+    assert _ids(workspace) == ["a1", "a3", "b1"]
+    assert _run(workspace, incoming).unchanged == ["a.tsv", "b.tsv"]
+
+
+def test_a_file_that_changes_while_it_is_read_is_left_for_later(workspace: Workspace, incoming: Path) -> None:
+    path = _tsv(incoming / "a.tsv", [("a1", "one", "A")])
+    found = look_at(incoming, settle_seconds=SETTLE)
+    _tsv(path, [("a1", "one", "A"), ("a2", "two", "A")])  # rewritten after it was looked at
+    report = ingest_together(workspace, found)
+    assert report.added == [] and "changed after it was looked at" in report.left["a.tsv"], report
+    assert workspace.rows("passages") == 0
+
+
+async def _prefect_logs_of(workspace: Path) -> str:
+    """Every log line the Prefect server holds of the `reindex` runs on `workspace`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["reindex"])),
+                                           sort=FlowRunSort.START_TIME_DESC, limit=50, offset=0)  # fmt: skip
+        lines = []
+        for run in runs:
+            if run.parameters.get("workspace") == str(workspace):
+                response = await client._client.post("/logs/filter", json={
+                    "logs": {"flow_run_id": {"any_": [str(run.id)]}}, "limit": 200, "offset": 0})  # fmt: skip
+                response.raise_for_status()
+                lines += [entry["message"] for entry in response.json()]
+        return "\n".join(lines)
+
+
+def test_a_refused_run_leaks_nothing_to_the_terminal_the_log_file_or_prefect(cli, tmp_path: Path, secret: Path) -> None:
+    import asyncio
+
+    from tests.conftest import _drain_prefect_workers
+
+    ws = tmp_path / "ws"
+    folder = ws / "incoming"
+    folder.mkdir(parents=True)
+    (folder / "link.tsv").symlink_to(secret)
+    (folder / "shadow.tsv").write_text(f"root:{SECRET}:19000:0:99999:7:::\n", encoding="utf-8")
+    result = cli("--workspace", str(ws), "reindex", "--no-dense", "--settle-seconds", "0", ok=False)
+    assert result.exit_code != 0 and f"{folder / 'shadow.tsv'}:1: expected the header" in result.output, result.output
+    log_file = (ws / "logs" / "odqa.log").read_text(encoding="utf-8")
+    assert "refused: link.tsv (a symbolic link" in log_file, log_file
+    _drain_prefect_workers()
+    prefect_logs = asyncio.run(_prefect_logs_of(ws))
+    assert "shadow.tsv:1: expected the header" in prefect_logs, prefect_logs
+    assert SECRET not in result.output + log_file + prefect_logs
+    assert Workspace.resolve(ws).rows("passages") == 0
+
+
+def test_a_dump_and_a_passages_file_are_committed_together_or_not_at_all(workspace: Workspace, tmp_path: Path) -> None:
+    from odqa.flows.compositions.incoming import given
+    from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
+
+    bad = tmp_path / "delta.tsv"
+    bad.write_text(f"{HEADER}d1\tfine\tFine\nd2\t{SECRET} no title\n", encoding="utf-8")
+    with pytest.raises(MalformedFilesError, match=r"delta\.tsv:3: expected 3 tab-separated fields") as refused:
+        ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
+    assert SECRET not in str(refused.value) and bad.exists()  # a file given by name is never moved
+    assert {table: workspace.rows(table) for table in ("articles", "passages")} == {"articles": 0, "passages": 0}
+    _tsv(bad, [("d1", "fine", "Fine"), ("d2", "now with a title", "Title")])
+    report = ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
+    assert report.added == [SAMPLE_DUMP.name, "delta.tsv"] and report.dump is not None, report
+    assert workspace.rows("passages") == 152 and workspace.rows("articles") > 0
+    again = ingest_together(workspace, given(str(SAMPLE_DUMP), str(bad), "dpr-tsv"))
+    assert again.unchanged == [SAMPLE_DUMP.name, "delta.tsv"] and workspace.rows("passages") == 152
+
+
+def test_transactions_committed_together_switch_at_once_or_move_nothing(workspace: Workspace) -> None:
+    from odqa.storage.tables import ConcurrentUpdateError, commit_together
+
+    def seed(source: str) -> None:
+        with workspace.transaction(f"seed-{source}") as tx:
+            tx.write("passages", [{"passage_id": source, "title": "T", "text": "t", "position": 0}], source=source)
+
+    seed("old")
+    first = workspace.transaction("first", fingerprint="f1")
+    first.write("passages", [{"passage_id": "n1", "title": "T", "text": "t", "position": 0}], source="first")
+    second = workspace.transaction("second", fingerprint="f2")
+    second.rewrite("passages", lambda table: table, select=lambda entry: entry.source == "old")
+    with workspace.transaction("another-writer") as other:  # replaces the part `second` rewrote meanwhile
+        other.replace_source("passages", "old")
+    before = workspace.snapshot()
+    with pytest.raises(ConcurrentUpdateError):
+        commit_together([first, second])
+    assert workspace.snapshot() == before and first.staged_files("passages")[0].exists()
+    first.abort()
+    second.abort()
+    third, fourth = workspace.transaction("third", fingerprint="f3"), workspace.transaction("fourth", fingerprint="f4")
+    third.write("passages", [{"passage_id": "n3", "title": "T", "text": "t", "position": 0}], source="third")
+    fourth.write("passages", [{"passage_id": "n4", "title": "T", "text": "t", "position": 0}], source="fourth")
+    committed = commit_together([third, fourth])
+    assert committed.version == before.version + 1 and _ids(workspace) == ["n3", "n4"]
+    assert {committed.stages[s].fingerprint for s in ("third", "fourth")} == {"f3", "f4"}
