@@ -51,8 +51,8 @@ def _ids(ws: Workspace) -> list[str]:
 
 @pytest.fixture
 def incoming(tmp_path: Path) -> Path:
-    folder = tmp_path / "ws" / "incoming"
-    folder.mkdir(parents=True)
+    folder = Workspace.resolve(tmp_path / "ws").root / "incoming"
+    folder.mkdir()
     return folder
 
 
@@ -192,7 +192,7 @@ def test_a_refused_run_leaks_nothing_to_the_terminal_the_log_file_or_prefect(cli
 
     from tests.conftest import _drain_prefect_workers
 
-    ws = tmp_path / "ws"
+    ws = Workspace.resolve(tmp_path / "ws").root  # `odqa init`, or an earlier verb, made it a workspace
     folder = ws / "incoming"
     folder.mkdir(parents=True)
     (folder / "link.tsv").symlink_to(secret)

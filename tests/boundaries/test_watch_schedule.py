@@ -149,7 +149,7 @@ def test_scheduled_runs_take_a_file_once_complete_and_refuse_a_link(prefect_harn
         check_java()
     except JavaMissingError as error:
         pytest.skip(f"BM25 needs a JDK: {error}")
-    ws = tmp_path / "ws"
+    ws = Workspace.resolve(tmp_path / "ws").root  # `odqa init`, or an earlier verb, made it a workspace
     incoming = ws / "incoming"
     incoming.mkdir(parents=True)
     secret = tmp_path / "outside" / "secret.tsv"
