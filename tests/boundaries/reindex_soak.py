@@ -150,7 +150,8 @@ class RequestStream:
             started = time.perf_counter()
             try:
                 reply = session.post(f"{self.url}/search", json=body, timeout=60)
-                if reply.status_code != 200 or len(reply.json()["results"][0]["hits"]) != 5:
+                # BM25 returns only passages that share a term with the question: at least one here
+                if reply.status_code != 200 or not reply.json()["results"][0]["hits"]:
                     self.failures.append(f"{retriever}: HTTP {reply.status_code} {reply.text[:300]}")
                 else:
                     self.latencies[retriever].append(time.perf_counter() - started)
