@@ -21,7 +21,6 @@ import os
 import time
 from pathlib import Path
 
-from .atomic import atomic_write_text
 from .snapshot import SNAPSHOT_FILE
 
 MARKER_FILE = ".odqa-workspace"
@@ -47,12 +46,21 @@ def is_workspace(root: Path) -> bool:
 
 
 def mark_workspace(root: Path) -> None:
-    """Make `root` (created when missing) a workspace; a no-op when it is one already."""
+    """Make `root` (created when missing) a workspace; a no-op when it is one already.
+
+    The marker is created in place with O_EXCL, not renamed into place: its presence is all it
+    says, and a temporary file beside it would make a second verb starting on the same new folder
+    see a folder that is neither empty nor a workspace, and refuse it."""
     if (root / MARKER_FILE).is_file():
         return
     root.mkdir(parents=True, exist_ok=True)
     marker = {"odqa": "workspace", "marked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    atomic_write_text(root / MARKER_FILE, json.dumps(marker) + "\n")
+    try:
+        handle = os.open(root / MARKER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:  # another verb marked it meanwhile
+        return
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(json.dumps(marker) + "\n")
 
 
 def require_workspace(root: Path) -> None:

@@ -227,6 +227,9 @@ def test_bundled_sample_sql_dumps(cli, tmp_path: Path) -> None:
 
 
 def test_label_without_category_links_says_what_to_do(cli, tmp_path: Path) -> None:
-    result = cli("--workspace", str(tmp_path / "ws"), "label", "domains", ok=False)
+    from odqa.storage import Workspace
+
+    ws = Workspace.resolve(tmp_path / "ws")  # a workspace, but without category links
+    result = cli("--workspace", str(ws.root), "label", "domains", ok=False)
     assert result.exit_code == 1
     assert "odqa ingest categories" in result.output
