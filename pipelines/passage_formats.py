@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import sys
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,7 +21,8 @@ import pyarrow as pa
 
 from ..storage.atomic import atomic_text_file
 from ..storage.ids import check_passage_id
-from .questions.jsonstream import JsonFormatError, decode_json_line
+from .questions.jsonstream import BOM, JsonFormatError, decode_json_line
+from .tsv_lines import Quoting, TsvLineError, tsv_fields
 
 DPR_TSV_HEADER = ["id", "text", "title"]
 PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]
@@ -30,8 +30,6 @@ PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]
 # The longest record an import accepts (a line of the file). DPR's passages are ~100 words; the
 # limit keeps a malformed file (one huge line) from costing gigabytes of memory.
 MAX_RECORD_BYTES = 1 << 20
-
-csv.field_size_limit(sys.maxsize)  # lines are already bounded by MAX_RECORD_BYTES
 
 
 class PassageFormatError(ValueError):
@@ -90,24 +88,23 @@ def _lines(path: Path, max_bytes: int, opened: BinaryIO | None = None) -> Iterat
                 ) from None
 
 
-def _dpr_fields(path: Path, number: int, line: str) -> list[str]:
-    """The fields of one DPR TSV line; a record never continues on the next line."""
+def _dpr_fields(path: Path, number: int, line: str, quoting: Quoting) -> list[str]:
+    """The fields of one DPR TSV line as DPR's csv.reader reads them (`tsv_lines`); a record
+    never continues on the next line. A byte order mark before the header is the file's, not text."""
     try:
-        return next(csv.reader([line.rstrip("\r\n")], delimiter="\t", strict=True))
-    except csv.Error as exc:
-        raise PassageFormatError(
-            f"{path}:{number}: bad quoting ({exc}); a field that starts with a quote must end with one on "
-            "the same line (a stray quote would merge the following rows)"
-        ) from None
+        return tsv_fields(line.removeprefix(BOM) if number == 1 else line, quoting)
+    except TsvLineError as exc:
+        raise PassageFormatError(f"{path}:{number}: {exc}") from None
 
 
 def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = MAX_RECORD_BYTES,
-                 opened: BinaryIO | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """Stream DPR's `id<TAB>text<TAB>title` file (header required, csv quoting as DPR wrote it).
+                 opened: BinaryIO | None = None, quoting: Quoting = "csv") -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """Stream DPR's `id<TAB>text<TAB>title` file (header required), each line read into the fields
+    DPR's `csv.reader(f, delimiter="\\t")` reads (`quoting="none"`: split at tabs only).
 
-    Every record is one line of three fields: a stray quote, a wrong field count, bytes that are
-    not UTF-8, a line over `max_record_bytes` and a file without passages are refused with the file
-    and line, never merged or skipped. `opened`: the file already open (`path` names it).
+    Every record is one line of three fields: a quote left open, a wrong field count, bytes that
+    are not UTF-8, a line over `max_record_bytes` and a file without passages are refused with the
+    file and line, never merged or skipped. `opened`: the file already open (`path` names it).
     """
     positions = _Positions()
     rows: list[dict] = []
@@ -115,15 +112,15 @@ def read_dpr_tsv(path: Path, batch_size: int = 50_000, max_record_bytes: int = M
     first = next(lines, None)
     if first is None:
         raise PassageFormatError(f"{path}: empty file, expected a header {DPR_TSV_HEADER}")
-    header = _dpr_fields(path, *first)
-    if [h.strip().lower().lstrip("\ufeff") for h in header] != DPR_TSV_HEADER:
+    header = _dpr_fields(path, *first, quoting)
+    if [h.strip().lower() for h in header] != DPR_TSV_HEADER:
         raise PassageFormatError(f"{path}:1: expected the header {DPR_TSV_HEADER} (tab-separated), got another first "
                                  f"line ({len(header)} field{'s' if len(header) != 1 else ''})")  # fmt: skip
     count = 0
     for number, line in lines:
         if not line.strip():
             raise PassageFormatError(f"{path}:{number}: empty line, expected id, text, title")
-        row = _dpr_fields(path, number, line)
+        row = _dpr_fields(path, number, line, quoting)
         if len(row) != 3:
             raise PassageFormatError(
                 f"{path}:{number}: expected 3 tab-separated fields (id, text, title), got {len(row)}"
@@ -160,8 +157,8 @@ def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int
             record = decode_json_line(line, path, line_no)
         except JsonFormatError as exc:
             raise PassageFormatError(str(exc)) from None
-        if not isinstance(record, dict) or "_id" not in record or "text" not in record:
-            raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text'")
+        if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
+            raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text' (a string)")
         passage_id = check_passage_id(record["_id"], f"{path}:{line_no}")
         title = str(record.get("title") or "")
         rows.append(
@@ -169,7 +166,7 @@ def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int
                 "passage_id": passage_id,
                 "article_id": None,
                 "title": title,
-                "text": str(record["text"]),
+                "text": record["text"],
                 "position": positions(title),
             }
         )

@@ -8,7 +8,9 @@ Formats (what the papers' data ships as):
   and every context becomes a passages row (DPR's psgs_w100 ids, so they coincide with an
   imported DPR Wikipedia). A context without an id gets "dpr:" + a hash of title and text.
 - `dpr-qas`: DPR's evaluation files (nq-test.qa.csv, trivia-test.qa.csv, curatedtrec-test.qa.csv
-  ...): tab-separated `question<TAB>["answer", ...]`, answers a JSON or Python list literal.
+  ...): tab-separated `question<TAB>["answer", ...]`, answers a JSON or Python list literal; each
+  line read into the fields DPR's `csv.reader(f, delimiter="\t")` reads (`tsv_lines`), or with
+  `quoting="none"` split at tabs only.
 - `nq-open`: JSON Lines {"question", "answer": [...]} (Lee et al. 2019; also PAQ's copies).
 - `entityquestions`: EntityQuestions' `P19.dev.json` files, [{"question", "answers"}]; the
   relation is taken from the file name; a directory imports every P*.json in it.
@@ -22,8 +24,10 @@ Formats (what the papers' data ships as):
 
 question_id is stable: a hash of dataset, split and the record's own id, or its ordinal in the
 file when the format has no ids. Every bad record raises an error naming the file and the line
-(or, for JSON arrays, the element): a stray quote (a record never continues on the next line),
-bytes that are not UTF-8, a record over ``max_record_bytes`` (`jsonstream.MAX_RECORD_BYTES`).
+(or, for JSON arrays, the element): a quote left open (a record never continues on the next
+line), bytes that are not UTF-8, a string that is not text (an unpaired surrogate), a record over
+``max_record_bytes`` (`jsonstream.MAX_RECORD_BYTES`). docs/interop.md states, format by format,
+how this reading compares with the loader the format comes from.
 
 Results are re-iterable streams of Arrow record batches, so big files never sit in memory and
 the questions and passages of one file can be consumed one after the other.
@@ -32,12 +36,11 @@ the questions and passages of one file can be consumed one after the other.
 from __future__ import annotations
 
 import ast
-import csv
 import json
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +49,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...storage.ids import check_passage_id, check_question_id
+from ..tsv_lines import TSV_QUESTION_FORMATS, Quoting, TsvLineError, check_quoting, tsv_fields
 from .duck import duckdb_session, sql_string
 from .jsonstream import (
+    BOM,
     MAX_RECORD_BYTES,
     JsonFormatError,
+    decoded_text,
     iter_json_array,
     iter_json_lines,
     open_binary,
     read_lines,
     refuse_bom,
+    refuse_unpaired_surrogates,
     too_deep,
 )
 from .rows import (
@@ -69,7 +76,6 @@ from .rows import (
 FORMATS = ("dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir")
 BATCH_ROWS = 10_000
 _EQ_FILE = re.compile(r"^(P\d+)\.[^.]+\.json$")
-csv.field_size_limit(sys.maxsize)  # lines are already bounded by max_record_bytes
 
 
 class ImportFormatError(ValueError):
@@ -196,7 +202,8 @@ def _passage(passage_id: str, title: str, text: str, source: str) -> dict[str, A
 # --- dpr-qas --------------------------------------------------------------------------------
 
 def _literal_list(text: str, where: str) -> list[str]:
-    """DPR writes answer lists as JSON or Python literals (['a', "b's"]); both are accepted."""
+    """DPR writes answer lists as JSON or Python literals (['a', "b's"]); both are accepted. JSON is
+    read first: the two differ only where JSON is the file's (\\/, a surrogate pair's escapes)."""
     try:
         value = json.loads(text)
     except RecursionError:
@@ -208,26 +215,28 @@ def _literal_list(text: str, where: str) -> list[str]:
             raise too_deep(where) from None
         except (ValueError, SyntaxError):
             raise ImportFormatError(f"{where}: answers column is not a list literal: {text!r:.100}") from None
+    refuse_unpaired_surrogates(value, where, "answers")
     return _answers(value, where)
 
 
-def _tsv_fields(line: str, where: str) -> list[str]:
-    """The tab-separated fields of one line (csv quoting, as DPR wrote its files); a record never
-    continues on the next line, so a stray quote is refused instead of merging the rows after it."""
+def _tsv_fields(line: str, where: str, quoting: Quoting) -> list[str]:
+    """The tab-separated fields of one line as DPR's csv.reader reads them (`tsv_lines`); a record
+    never continues on the next line, so a quote left open is refused instead of merging the rows
+    after it."""
     try:
-        return next(csv.reader([line.rstrip("\r\n")], delimiter="\t", strict=True), [])
-    except csv.Error as exc:
-        raise ImportFormatError(f"{where}: bad quoting ({exc}); a field that starts with a quote must end with one "
-                                "on the same line (a stray quote would merge the following rows)") from None  # fmt: skip
+        return tsv_fields(line, quoting)
+    except TsvLineError as exc:
+        raise ImportFormatError(f"{where}: {exc}") from None
 
 
-def import_dpr_qas(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
+def import_dpr_qas(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES,
+                   quoting: Quoting = "csv") -> ImportedDataset:  # fmt: skip
     path = Path(path)
 
     def questions() -> Iterator[dict[str, Any]]:
         for line_no, line in read_lines(path, max_bytes):
             where = f"{path}:{line_no}"
-            row = _tsv_fields(line, where)
+            row = _tsv_fields(line.removeprefix(BOM) if line_no == 1 else line, where, quoting)
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if len(row) not in (2, 3):
@@ -309,7 +318,7 @@ def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tupl
     try:
         text = raw.decode("utf-8")
         refuse_bom(text, path)
-        data = json.loads(text)
+        data = decoded_text(text, json.loads(text), str(path))
     except RecursionError:
         raise too_deep(str(path)) from None
     except UnicodeDecodeError as exc:
@@ -318,6 +327,8 @@ def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tupl
                                 "be UTF-8") from None  # fmt: skip
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except JsonFormatError as exc:
+        raise ImportFormatError(str(exc)) from None
     articles = data.get("data") if isinstance(data, dict) else None
     if not isinstance(articles, list):
         raise ImportFormatError(f"{path}: expected SQuAD JSON with a top-level 'data' list")
@@ -367,15 +378,18 @@ def _beir_passage_id(dataset: str, corpus_id: object, where: str) -> str:
     return check_passage_id(f"{dataset}:{check_passage_id(corpus_id, where)}", f"{where} (with --dataset {dataset!r})")
 
 
-def _beir_qrels(path: Path, max_bytes: int) -> Iterator[tuple[str, str, int, str]]:
+def _beir_qrels(path: Path, max_bytes: int, quoting: Quoting) -> Iterator[tuple[str, str, int, str]]:
+    """(query id, corpus id, score, where) of each judgement. BEIR skips the first line whatever it
+    holds; odqa requires it to be the header, so that a file without one loses no judgement."""
     lines = read_lines(path, max_bytes)
     first = next(lines, None)
-    header = _tsv_fields(first[1], f"{path}:1") if first is not None else None
+    header = _tsv_fields(first[1].removeprefix(BOM), f"{path}:1", quoting) if first is not None else None
     if header is None or [h.strip() for h in header[:2]] != ["query-id", "corpus-id"]:
-        raise ImportFormatError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
+        raise ImportFormatError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score' (BEIR skips the "
+                                "first line, so a file without it would lose its first judgement)")  # fmt: skip
     for line_no, line in lines:
         where = f"{path}:{line_no}"
-        row = _tsv_fields(line, where)
+        row = _tsv_fields(line, where, quoting)
         if not row:
             continue
         try:
@@ -384,21 +398,26 @@ def _beir_qrels(path: Path, max_bytes: int) -> Iterator[tuple[str, str, int, str
             raise ImportFormatError(f"{where}: expected query-id<TAB>corpus-id<TAB>integer score, got {row!r:.100}") from None
 
 
-def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
+def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES,
+                quoting: Quoting = "csv") -> ImportedDataset:  # fmt: skip
     folder = Path(path)
     qrels_file = folder / "qrels" / f"{split}.tsv"
     for needed in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_file):
         if not needed.exists():
             raise ImportFormatError(f"{folder}: BEIR dataset has no {needed.relative_to(folder)}")
 
-    def judged() -> dict[str, list[tuple[str, int]]]:
+    def judged() -> tuple[dict[str, list[tuple[str, int]]], dict[str, str]]:
+        """Each judged query's (passage id, score) pairs, and where it is first judged."""
         by_query: dict[str, list[tuple[str, int]]] = {}
-        for query_id, corpus_id, score, where in _beir_qrels(qrels_file, max_bytes):
+        first: dict[str, str] = {}
+        for query_id, corpus_id, score, where in _beir_qrels(qrels_file, max_bytes, quoting):
             by_query.setdefault(query_id, []).append((_beir_passage_id(dataset, corpus_id, where), score))
-        return by_query
+            first.setdefault(query_id, where)
+        return by_query, first
 
     def questions() -> Iterator[dict[str, Any]]:
-        by_query = judged()
+        by_query, first = judged()
+        found: set[str] = set()
         for line_no, record in iter_json_lines(folder / "queries.jsonl", max_bytes):
             where = f"{folder / 'queries.jsonl'}:{line_no}"
             if not isinstance(record, dict) or "_id" not in record:
@@ -406,6 +425,7 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
             query_id = check_question_id(record["_id"], f"{where}: _id")
             if query_id not in by_query:
                 continue
+            found.add(query_id)
             yield question_row(
                 question_id=stable_id(dataset, split, query_id),
                 dataset=dataset,
@@ -414,9 +434,14 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
                 answers=[],
                 positive_ids=[passage_id for passage_id, score in by_query[query_id] if score > 0],
             )
+        missing = [query_id for query_id in by_query if query_id not in found]
+        if missing:  # BEIR's loader stops here with a KeyError
+            raise ImportFormatError(f"{first[missing[0]]}: a query id that queries.jsonl does not hold ({len(missing):,} "
+                                    f"such quer{'ies' if len(missing) > 1 else 'y'} in {qrels_file.name}); "
+                                    "every judged query must be in queries.jsonl")  # fmt: skip
 
     def qrels() -> Iterator[dict[str, Any]]:
-        for query_id, corpus_id, score, where in _beir_qrels(qrels_file, max_bytes):
+        for query_id, corpus_id, score, where in _beir_qrels(qrels_file, max_bytes, quoting):
             yield {
                 "dataset": dataset,
                 "split": split,
@@ -449,13 +474,16 @@ IMPORTERS: dict[str, Callable[[Path, str, str, int], ImportedDataset]] = {
 }
 
 
-def import_questions(fmt: str, path: Path, dataset: str, split: str,
-                     max_record_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:  # fmt: skip
-    """Dispatch on the format name (one of FORMATS); records over ``max_record_bytes`` are refused."""
+def import_questions(fmt: str, path: Path, dataset: str, split: str, max_record_bytes: int = MAX_RECORD_BYTES,
+                     quoting: Quoting = "csv") -> ImportedDataset:  # fmt: skip
+    """Dispatch on the format name (one of FORMATS); records over ``max_record_bytes`` are refused.
+    `quoting` (`tsv_lines`) applies to the tab-separated files (TSV_QUESTION_FORMATS)."""
     try:
         importer = IMPORTERS[fmt]
     except KeyError:
         raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
+    if check_quoting(quoting, fmt, TSV_QUESTION_FORMATS) != "csv":
+        importer = partial(importer, quoting=quoting)
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     return importer(Path(path), dataset, split, max_record_bytes)

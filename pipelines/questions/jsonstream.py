@@ -10,13 +10,17 @@ buffered. Errors name the file, the element's ordinal and its character offset.
 
 JSON Lines files get a reader that skips blank lines and names the line of a bad record.
 
-Two things Python's `json` reports without a position are named here: a record nested deeper
+Three things Python's `json` lets through or reports without a position are named here: a record nested deeper
 than the decoder can follow (it recurses once per level, up to the interpreter's recursion
 limit, about a thousand levels) gets its file, line or element and offset instead of "maximum
 recursion depth exceeded"; and a file that starts with a UTF-8 byte order mark is refused
 saying so. The BOM is refused rather than skipped because the loaders these formats come from
 refuse it too: DPR and BEIR read with `json.load(open(path, encoding="utf-8"))` /
-`json.loads(line)`, which stop at a BOM ("Unexpected UTF-8 BOM").
+`json.loads(line)`, which stop at a BOM ("Unexpected UTF-8 BOM"). And a string holding an
+unpaired UTF-16 surrogate (the escape `\udc80` without its pair) is refused naming the record and
+the key: `json.load` reads it into a str that no UTF-8 file or table can hold, so it would fail
+later, unnamed. Like `json.load`, a JSON array file ends at its closing bracket: anything but
+whitespace after it (a second array) is refused, not dropped.
 
 Every record (a line, or an element of an array) is bounded by ``MAX_RECORD_BYTES`` (a
 caller's ``max_bytes``) while it is read, so one malformed huge record costs that much memory at
@@ -30,6 +34,7 @@ import gzip
 import io
 import itertools
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +48,8 @@ MAX_RECORD_BYTES = 8 << 20
 _WHITESPACE = " \t\n\r"
 _NUMBER_CHARS = "0123456789.eE+-"
 BOM = "\ufeff"
+# A JSON escape of a UTF-16 surrogate: only text holding one can decode to an unpaired surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class JsonFormatError(ValueError):
@@ -65,13 +72,53 @@ def refuse_bom(text: str, path: Path) -> None:
                               "UTF-8 without a BOM, e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' FILE")  # fmt: skip
 
 
+def _unpaired_surrogate_at(value: Any, at: str = "") -> str | None:
+    """Where in `value` (`.question`, `.answers[2]`; "" for `value` itself) the first string (or
+    object key) holding an unpaired surrogate is, or None when every string is text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return at
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = f"{at}.{key}" if isinstance(key, str) else f"{at}[{key}]"
+        found = _unpaired_surrogate_at(key, inner) if isinstance(key, str) else None
+        found = found if found is not None else _unpaired_surrogate_at(item, inner)
+        if found is not None:
+            return found
+    return None
+
+
+def refuse_unpaired_surrogates(value: Any, where: str, name: str = "") -> None:
+    """Refuse a decoded value with a string holding an unpaired surrogate (see the module doc);
+    the message names `where` and the key (`value` itself is called `name`), never the text."""
+    try:
+        at = _unpaired_surrogate_at(value, name)
+    except RecursionError:
+        raise too_deep(where) from None
+    if at is not None:
+        what = at.removeprefix(".") or "a string"
+        raise JsonFormatError(f"{where}: {what} holds an unpaired UTF-16 surrogate (an escape \\ud800-\\udfff "
+                              "without its pair), which is not text: no UTF-8 file or table can hold it")  # fmt: skip
+
+
+def decoded_text(text: str, value: Any, where: str) -> Any:
+    """`value` (decoded from `text`), refused when a string of it holds an unpaired surrogate;
+    only text with a surrogate escape is looked into."""
+    if _SURROGATE_ESCAPE.search(text):
+        refuse_unpaired_surrogates(value, where)
+    return value
+
+
 def decode_json_line(line: str, path: Path, line_no: int) -> Any:
     """The JSON value of one line of a JSON Lines file; every error names the file and line."""
     where = f"{path}:{line_no}"
     if line_no == 1:
         refuse_bom(line, path)
     try:
-        return json.loads(line)
+        return decoded_text(line, json.loads(line), where)
     except RecursionError:
         raise too_deep(where) from None
     except json.JSONDecodeError as exc:
@@ -162,12 +209,21 @@ def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[A
                 if not fill():
                     return ""
 
+        def end_of_array() -> None:
+            """After the closing bracket only whitespace may follow, as json.load requires."""
+            nonlocal pos
+            pos += 1
+            if next_significant():
+                raise JsonFormatError(f"{path}: offset {consumed + pos}: data after the JSON array's closing ']' "
+                                      "(json.load refuses it too): one file holds one array")  # fmt: skip
+
         if next_significant() != "[":
             refuse_bom(buf[pos:], path)
             raise JsonFormatError(f"{path}: offset {consumed + pos}: expected a JSON array ('[')")
         pos += 1
         index = 0
         if next_significant() == "]":
+            end_of_array()
             return
         while True:
             start = consumed + pos
@@ -197,6 +253,8 @@ def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[A
             if end - pos > max_bytes:
                 raise JsonFormatError(f"{path}: element {index} at offset {start}: record longer than {max_bytes:,} "
                                       "characters, the import limit (--max-record-bytes)")  # fmt: skip
+            if _SURROGATE_ESCAPE.search(buf, pos, end):
+                refuse_unpaired_surrogates(value, f"{path}: element {index} at offset {start}")
             pos = end
             yield value
             index += 1
@@ -206,6 +264,7 @@ def iter_json_array(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[A
                 next_significant()
                 continue
             if sep == "]":
+                end_of_array()
                 return
             raise JsonFormatError(
                 f"{path}: offset {consumed + pos}: expected ',' or ']' after element {index - 1}, "
