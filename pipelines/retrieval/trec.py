@@ -4,11 +4,19 @@ Writing lets trec_eval, ranx or pyserini's tools read our runs; reading imports 
 elsewhere. On import the ranks are re-derived from the scores (highest first; equal scores
 keep the file's order), because trec_eval and ranx ignore the rank column and order by score,
 and our metrics trust ``rank``: re-deriving keeps all three in agreement.
+
+A run file is read as trec_eval's own C reader reads it (get_trec_results.c): bytes split at
+ASCII whitespace (space, tab, \\v, \\f, \\r; not a non-breaking space), blank lines and lines
+starting with `#` skipped, columns after the sixth ignored. Where trec_eval reads garbage
+silently odqa refuses, naming the line: a score that is not a decimal number (trec_eval's `atof`
+reads `abc` as 0 and `2.5abc` as 2.5), a rank that is not an integer (trec_eval never reads it;
+here it catches a file whose columns are in another order), bytes that are not UTF-8.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +29,11 @@ from .runs import RUN_SCHEMA
 
 class TrecFormatError(ValueError):
     """A line of a TREC run file is not ``qid Q0 docid rank score tag``."""
+
+
+# The numbers trec_eval's atof and Python's float read alike (no `inf`, `nan`, `1_0`, hex, non-ASCII digits).
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def _check_token(value: str, what: str, row: int) -> str:
@@ -49,38 +62,45 @@ def write_trec_run(batches: Iterable[pa.RecordBatch | pa.Table], path: Path, *, 
     return rows
 
 
+def _fields(path: Path, number: int, raw: bytes) -> list[str]:
+    """The whitespace-separated fields of one line (ASCII whitespace, as trec_eval's C `isspace`)."""
+    try:
+        return [field.decode("utf-8") for field in raw.split()]
+    except UnicodeDecodeError:
+        raise TrecFormatError(f"{path}:{number}: not UTF-8; run files must be UTF-8") from None
+
+
 def read_trec_run(path: Path) -> pa.Table:
     """Read a TREC run file into run rows, ranks re-derived from scores within each question.
 
-    Blank lines are skipped; a malformed line or a passage listed twice for one question is
-    an error naming the file and line.
+    Blank lines and `#` comments are skipped, columns after the sixth ignored (as trec_eval
+    does); a malformed line or a passage listed twice for one question is an error naming the
+    file and line.
     """
     path = Path(path)
     qids: list[str] = []
     pids: list[str] = []
     scores: list[float] = []
     seen: dict[tuple[str, str], int] = {}
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            fields = line.split()
-            if not fields:
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            fields = _fields(path, number, raw)
+            if not fields or fields[0].startswith("#"):
                 continue
-            if len(fields) != 6:
+            if len(fields) < 6:
                 raise TrecFormatError(
                     f"{path}:{number}: expected 6 fields 'qid Q0 docid rank score tag', "
-                    f"got {len(fields)}: {line.strip()[:200]!r}"
+                    f"got {len(fields)}: {' '.join(fields)[:200]!r}"
                 )
-            qid, _, pid, rank, score, _ = fields
+            qid, _, pid, rank, score = fields[:5]
             check_passage_id(pid, f"{path}:{number}")
-            try:
-                int(rank)
-                value = float(score)
-                if not math.isfinite(value):
-                    raise ValueError
-            except ValueError:
+            value = float(score) if _DECIMAL.fullmatch(score) else math.nan
+            if not (_INTEGER.fullmatch(rank) and math.isfinite(value)):
                 raise TrecFormatError(
-                    f"{path}:{number}: rank {rank!r} must be an integer and score {score!r} a finite number"
-                ) from None
+                    f"{path}:{number}: rank {rank!r} must be an integer and score {score!r} a finite number "
+                    "(digits with an optional '.' and exponent: trec_eval would read anything else as 0 or as "
+                    "its leading digits)"
+                )
             if (qid, pid) in seen:
                 raise TrecFormatError(
                     f"{path}:{number}: passage {pid!r} listed again for question {qid!r} "
