@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import click
 
+from ...pipelines.tsv_lines import TSV_PASSAGE_FORMATS, TSV_QUESTION_FORMATS, check_quoting
 from .groups import NAME_RULE_HELP, checked_name, import_group, workspace_arg
 from .report import echo_report
 
 QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
+QUOTING_HELP = ("How a tab-separated line is split: csv reads it as DPR's csv.reader does (a field that starts with "
+                "a quote is csv-quoted); none splits it at tabs only, quotes being text, for a file not written "
+                "with csv quoting.")  # fmt: skip
+
+def _check_quoting(quoting: str, fmt: str, tab_separated: tuple[str, ...]) -> None:
+    """Refuse --quoting none for a format without a tab-separated file before any work starts."""
+    try:
+        check_quoting(quoting, fmt, tab_separated)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
 
 @import_group.command("passages")
 @click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
@@ -17,10 +29,12 @@ QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad"
               "skip this file's.")
 @click.option("--max-record-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
               help="The longest line accepted; longer ones are refused.")
+@click.option("--quoting", type=click.Choice(["csv", "none"]), default="csv", show_default=True,
+              help=f"{QUOTING_HELP} dpr-tsv only.")
 @click.argument("path", type=click.Path(exists=True))
 @click.pass_context
 def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: str, max_record_bytes: int,
-                    path: str) -> None:  # fmt: skip
+                    quoting: str, path: str) -> None:  # fmt: skip
     """Import a passage corpus: DPR's psgs_w100.tsv or a BEIR corpus.jsonl (or its folder).
 
     Each file is a source of its own (its full path): another file adds passages, ids stay unique
@@ -28,8 +42,10 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
     """
     from ..stages.passages import import_passages_flow
 
+    _check_quoting(quoting, fmt, TSV_PASSAGE_FORMATS)
     report = import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx), replace=replace,
-                                  on_duplicate=on_duplicate, max_record_bytes=max_record_bytes)  # fmt: skip
+                                  on_duplicate=on_duplicate, max_record_bytes=max_record_bytes,
+                                  quoting=quoting)  # fmt: skip
     echo_report("import passages", report)
 
 
@@ -45,10 +61,12 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
               "file, or keep the existing row and skip this file's.")
 @click.option("--max-record-bytes", type=click.IntRange(min=1), default=8 << 20, show_default=True,
               help="The longest record accepted (a line, a JSON array element, a whole SQuAD file).")
+@click.option("--quoting", type=click.Choice(["csv", "none"]), default="csv", show_default=True,
+              help=f"{QUOTING_HELP} dpr-qas and beir's qrels only.")
 @click.argument("path", type=click.Path(exists=True))
 @click.pass_context
 def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, replace: bool, on_duplicate: str,
-                     max_record_bytes: int, path: str) -> None:  # fmt: skip
+                     max_record_bytes: int, quoting: str, path: str) -> None:  # fmt: skip
     """Import PATH (a file; a folder for beir and entityquestions) into questions (+ passages, qrels).
 
     Each file is a source of its own (its full path): another file adds questions, ids stay unique
@@ -56,9 +74,10 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, rep
     """
     from ..stages.questions import import_questions_flow
 
+    _check_quoting(quoting, fmt, TSV_QUESTION_FORMATS)
     report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx),
                                    replace=replace, on_duplicate=on_duplicate,
-                                   max_record_bytes=max_record_bytes)  # fmt: skip
+                                   max_record_bytes=max_record_bytes, quoting=quoting)  # fmt: skip
     echo_report("import questions", report)
 
 

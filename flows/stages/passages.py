@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,6 +20,7 @@ from ...pipelines.passage_formats import (
     write_dpr_tsv,
 )
 from ...pipelines.progress import progress
+from ...pipelines.tsv_lines import TSV_PASSAGE_FORMATS, Quoting, check_quoting, quoting_fingerprint
 from ...storage import Workspace
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
@@ -108,18 +109,21 @@ def _refuse_duplicates(ws: Workspace, tx: Transaction, run: Sequence[Transaction
 
 def stage_passages(ws: Workspace, tx: Transaction, fmt: str, source_path: Path, *, run: Sequence[Transaction] = (),
                    opened: BinaryIO | None = None, on_duplicate: str = "refuse",
-                   max_record_bytes: int = MAX_RECORD_BYTES, name_ids: bool = True) -> ImportPassagesReport:  # fmt: skip
+                   max_record_bytes: int = MAX_RECORD_BYTES, name_ids: bool = True,
+                   quoting: Quoting = "csv") -> ImportPassagesReport:  # fmt: skip
     """Stage one passages file into `tx` (replacing its source's earlier rows at commit) and set
     the stage's report; refuses (`PassageFormatError`) a malformed file or ids that clash with
     the table as it will be once `run` (the transactions committing together, `tx` among them)
-    is committed. `opened`: the file already open, `source_path` naming it."""
+    is committed. `opened`: the file already open, `source_path` naming it. `quoting`: how a
+    dpr-tsv line is split (`pipelines.tsv_lines`)."""
     source = import_source(fmt, source_path)
+    options = {"quoting": check_quoting(quoting, fmt, TSV_PASSAGE_FORMATS)} if quoting != "csv" else {}
     rows = skipped = 0
     existing = _existing_ids(ws, source) if on_duplicate == "keep-existing" else None
     tx.replace_source("passages", source)
     writer = tx.writer("passages", source=source)
     with progress(None, f"import {source_path.name}", "passages") as bar:
-        for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes, opened=opened):
+        for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes, opened=opened, **options):
             table = pa.Table.from_batches([batch])
             if existing is not None:
                 table = table.filter(pc.invert(pc.is_in(table.column("passage_id"), value_set=existing)))
@@ -139,12 +143,13 @@ def stage_passages(ws: Workspace, tx: Transaction, fmt: str, source_path: Path, 
 
 
 @task(name="import-passages")
-def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint: str,
-                         on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES) -> ImportPassagesReport:  # fmt: skip
+def import_passages_task(workspace: str, fmt: str, path: str, stage_fingerprint: str, on_duplicate: str = "refuse",
+                         max_record_bytes: int = MAX_RECORD_BYTES, quoting: Quoting = "csv") -> ImportPassagesReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
     source_path = Path(path)
     with ws.transaction(passages_stage(fmt, source_path), fingerprint=stage_fingerprint) as tx:
-        return stage_passages(ws, tx, fmt, source_path, on_duplicate=on_duplicate, max_record_bytes=max_record_bytes)
+        return stage_passages(ws, tx, fmt, source_path, on_duplicate=on_duplicate, max_record_bytes=max_record_bytes,
+                              quoting=quoting)  # fmt: skip
 
 
 def imported_before(ws: Workspace, fmt: str, source_path: Path, stage_fingerprint: str) -> ImportPassagesReport | None:
@@ -153,9 +158,10 @@ def imported_before(ws: Workspace, fmt: str, source_path: Path, stage_fingerprin
                            f"{source_path} already imported with identical content")  # fmt: skip
 
 
-def passages_fingerprint(fmt: str, sha256: str, on_duplicate: str = "refuse") -> str:
-    """The import stage's fingerprint: the format, the file's content hash and the duplicate rule."""
-    return fingerprint("import-passages", fmt, sha256, on_duplicate)
+def passages_fingerprint(fmt: str, sha256: str, on_duplicate: str = "refuse", quoting: Quoting = "csv") -> str:
+    """The import stage's fingerprint: the format, the file's content hash, the duplicate rule and
+    the quoting (`quoting_fingerprint`)."""
+    return fingerprint("import-passages", fmt, sha256, on_duplicate, *quoting_fingerprint(quoting))
 
 
 def held_rows(ws: Workspace, fmt: str, source_path: Path) -> int:
@@ -166,7 +172,8 @@ def held_rows(ws: Workspace, fmt: str, source_path: Path) -> int:
 
 @flow(name="import-passages")
 def import_passages_flow(fmt: str, path: str, workspace: str | None = None, replace: bool = False,
-                         on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES) -> ImportPassagesReport:  # fmt: skip
+                         on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+                         quoting: Literal["csv", "none"] = "csv") -> ImportPassagesReport:  # fmt: skip
     """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table.
 
     A file is a source of its own (format + full path): another file adds to the table, the same
@@ -184,9 +191,13 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
             sources) or keep-existing (keep the row already there and count the skipped one).
         max_record_bytes: The longest record (line) accepted; a longer one is refused with its
             file and line.
+        quoting: How a dpr-tsv line is split: csv (the default) reads it as DPR's csv.reader does
+            (a field that starts with a quote is csv-quoted); none splits it at tabs only, quotes
+            being text (a file that was not written with csv quoting).
     """
     if fmt not in READERS:
         raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(READERS)}")
+    check_quoting(quoting, fmt, TSV_PASSAGE_FORMATS)
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
@@ -197,17 +208,17 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
     source = import_source(fmt, source_path)
     # One passages import at a time: the duplicate check must see every commit before its own.
     with passages_import_lock(ws, f"import of {source_path}"):
-        stage_fp = passages_fingerprint(fmt, file_sha256(data_file), on_duplicate)
+        stage_fp = passages_fingerprint(fmt, file_sha256(data_file), on_duplicate, quoting)
         done = imported_before(ws, fmt, source_path, stage_fp)
         if done is not None:
             return done
         held = held_rows(ws, fmt, source_path)
         if held and not replace:
             raise FileExistsError(
-                f"{source_path} was imported before with other content ({held:,} passages of source {source}); "
-                "pass --replace to replace them with this file's passages"
+                f"{source_path} was imported before with other content or options ({held:,} passages of source "
+                f"{source}); pass --replace to replace them with this file's passages"
             )
-        return import_passages_task(str(ws.root), fmt, str(source_path), stage_fp, on_duplicate, max_record_bytes)
+        return import_passages_task(str(ws.root), fmt, str(source_path), stage_fp, on_duplicate, max_record_bytes, quoting)
 
 
 @flow(name="export-passages")

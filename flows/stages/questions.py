@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +59,7 @@ from ...pipelines.questions.triples import (
     Triple,
     check_relation_id,
 )
+from ...pipelines.tsv_lines import quoting_fingerprint
 from ...storage import Workspace
 from ...storage.articles import redirects
 from ...storage.fingerprint import file_sha256, fingerprint
@@ -403,6 +404,7 @@ def _refuse_duplicate_questions(ws: Workspace, staged: list[Path], source: str, 
 def import_questions_flow(
     fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
     replace: bool = False, on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+    quoting: Literal["csv", "none"] = "csv",
 ) -> ImportQuestionsReport:  # fmt: skip
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).
 
@@ -423,6 +425,9 @@ def import_questions_flow(
             the rows already there and count the skipped ones).
         max_record_bytes: The longest record accepted (a line, a JSON array element, a whole
             SQuAD file); a longer one is refused with its file and line.
+        quoting: How a tab-separated line (dpr-qas, beir's qrels) is split: csv (the default)
+            reads it as DPR's csv.reader does (a field that starts with a quote is csv-quoted);
+            none splits it at tabs only, quotes being text (a file not written with csv quoting).
     """
     log = stage_logger()
     if fmt not in FORMATS:
@@ -431,13 +436,13 @@ def import_questions_flow(
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
-    imported = import_questions(fmt, source_path, dataset, split, max_record_bytes)  # validates the path and layout
+    imported = import_questions(fmt, source_path, dataset, split, max_record_bytes, quoting)  # validates the path and layout
     source = question_source(dataset, split, fmt, source_path)
     stage = source
     files = [p for p in _import_files(fmt, source_path, split) if p.exists()]
     # One questions import at a time: the duplicate checks must see every commit before their own.
     with writer_lock(ws.root, "table:questions:import", f"the questions table (import of {source_path})"):
-        stage_fp = fingerprint(stage, _files_sha(files), on_duplicate)
+        stage_fp = fingerprint(stage, _files_sha(files), on_duplicate, *quoting_fingerprint(quoting))
         done = finished_report(ws, stage, stage_fp, ImportQuestionsReport,
                                f"{source_path} already imported with identical content")  # fmt: skip
         if done is not None:
@@ -445,7 +450,7 @@ def import_questions_flow(
         held = sum(e.rows for e in ws.snapshot().files("questions") if e.source == source)
         if held and not replace:
             raise FileExistsError(
-                f"{source_path} was imported before with other content ({held:,} questions of "
+                f"{source_path} was imported before with other content or options ({held:,} questions of "
                 f"source {source}); pass --replace to replace them with this import's questions"
             )
         report = _import_questions(ws, imported, fmt, source_path, dataset, split, stage_fp, memory_limit,
