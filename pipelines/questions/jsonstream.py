@@ -10,16 +10,16 @@ buffered. Errors name the file, the element's ordinal and its character offset.
 
 JSON Lines files get a reader that skips blank lines and names the line of a bad record.
 
-Three things Python's `json` lets through or reports without a position are named here: a record nested deeper
-than the decoder can follow (it recurses once per level, up to the interpreter's recursion
-limit, about a thousand levels) gets its file, line or element and offset instead of "maximum
-recursion depth exceeded"; and a file that starts with a UTF-8 byte order mark is refused
-saying so. The BOM is refused rather than skipped because the loaders these formats come from
+Python's `json` lets some things through or reports them without a position; they are named
+here. A record nested deeper than the decoder can follow (it recurses once per level, up to the
+interpreter's recursion limit, about a thousand levels) gets its file, line or element and offset
+instead of "maximum recursion depth exceeded". A file that starts with a UTF-8 byte order mark is
+refused saying so; refused rather than skipped because the loaders these formats come from
 refuse it too: DPR and BEIR read with `json.load(open(path, encoding="utf-8"))` /
-`json.loads(line)`, which stop at a BOM ("Unexpected UTF-8 BOM"). And a string holding an
-unpaired UTF-16 surrogate (the escape `\udc80` without its pair) is refused naming the record and
-the key: `json.load` reads it into a str that no UTF-8 file or table can hold, so it would fail
-later, unnamed. Like `json.load`, a JSON array file ends at its closing bracket: anything but
+`json.loads(line)`, which stop at a BOM ("Unexpected UTF-8 BOM"). A string holding an unpaired
+UTF-16 surrogate (the escape `\udc80` without its pair) is refused naming the record and the
+key: `json.load` reads it into a str that no UTF-8 file or table can hold, so it would fail later,
+unnamed. And, as with `json.load`, a JSON array file ends at its closing bracket: anything but
 whitespace after it (a second array) is refused, not dropped.
 
 Every record (a line, or an element of an array) is bounded by ``MAX_RECORD_BYTES`` (a
@@ -50,6 +50,10 @@ _NUMBER_CHARS = "0123456789.eE+-"
 BOM = "\ufeff"
 # A JSON escape of a UTF-16 surrogate: only text holding one can decode to an unpaired surrogate.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+# The keys of the question and passage formats (DPR, SQuAD, NQ-open, EntityQuestions, BEIR).
+_SCHEMA_KEYS = frozenset({"question", "answers", "answer", "id", "question_id", "positive_ctxs", "negative_ctxs",
+                          "hard_negative_ctxs", "title", "text", "passage_id", "psg_id", "score", "data", "paragraphs",
+                          "context", "qas", "answer_start", "_id", "metadata"})  # fmt: skip
 
 
 class JsonFormatError(ValueError):
@@ -72,20 +76,30 @@ def refuse_bom(text: str, path: Path) -> None:
                               "UTF-8 without a BOM, e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' FILE")  # fmt: skip
 
 
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _unpaired_surrogate_at(value: Any, at: str = "") -> str | None:
     """Where in `value` (`.question`, `.answers[2]`; "" for `value` itself) the first string (or
-    object key) holding an unpaired surrogate is, or None when every string is text."""
+    object key) holding an unpaired surrogate is, or None when every string is text. Keys of the
+    formats' own schemas are named; any other key is `<key>`, so that the path quotes nothing of
+    the file."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return at
-        return None
+        return None if _is_text(value) else at
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        inner = f"{at}.{key}" if isinstance(key, str) else f"{at}[{key}]"
-        found = _unpaired_surrogate_at(key, inner) if isinstance(key, str) else None
-        found = found if found is not None else _unpaired_surrogate_at(item, inner)
+        if isinstance(key, int):
+            inner = f"{at}[{key}]"
+        else:
+            inner = f"{at}.{key if key in _SCHEMA_KEYS else '<key>'}"
+            if not _is_text(key):
+                return inner
+        found = _unpaired_surrogate_at(item, inner)
         if found is not None:
             return found
     return None
