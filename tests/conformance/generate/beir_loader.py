@@ -13,9 +13,9 @@ corpus, queries (those judged in the split) and qrels, or the error it stops wit
 import json
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
-import beir
 from beir.datasets.data_loader import GenericDataLoader
 
 
@@ -77,7 +77,7 @@ def read_case(files):
 
 json.dump(
     {
-        "reference": f"beir {beir.__version__ if hasattr(beir, '__version__') else '2.2.0'} GenericDataLoader.load('test')",
+        "reference": f"beir {version('beir')} GenericDataLoader.load('test')",
         "python": sys.version.split()[0],
         "beir": {name: read_case(files) for name, files in CASES.items()},
     },
