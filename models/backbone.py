@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,29 @@ def _checkpoint_file(name_or_path: str | Path, filename: str) -> Path | None:
     except OSError:
         return None
     return Path(resolved) if resolved else None
+
+
+def checkpoint_tensors(name_or_path: str, names: Collection[str]) -> dict[str, torch.Tensor]:
+    """The tensors of `names` that a checkpoint's safetensors weights hold (one file or shards),
+    read without loading the rest; empty when the checkpoint is not here (a folder that is gone,
+    a hub name neither cached nor reachable) or holds none of them."""
+    from safetensors import safe_open
+
+    wanted = set(names)
+    files: list[Path] = []
+    single = _checkpoint_file(name_or_path, "model.safetensors")
+    if single is not None:
+        files.append(single)
+    elif (index := _checkpoint_file(name_or_path, "model.safetensors.index.json")) is not None:
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        for shard in sorted({weight_map[name] for name in wanted if name in weight_map}):
+            if (found := _checkpoint_file(name_or_path, shard)) is not None:
+                files.append(found)
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as weights:
+            tensors.update({name: weights.get_tensor(name) for name in wanted & set(weights.keys())})
+    return tensors
 
 
 def checkpoint_available(name_or_path: str) -> bool:

@@ -11,7 +11,11 @@ same tokens). Pooling, an `ade-spl` projection and cosine normalisation become t
 - Two towers (`dpr`, `ade*`) and TASER Det-R: a `Router` with a `query` and a `document` route.
   Det-R's towers are the shared encoder with the question expert (query) or the passage expert
   (document) in each specialized block: an expert FFN has exactly BERT's FFN modules, so each
-  route is a plain BERT and the shared weights are stored once per route.
+  route is a plain BERT and the shared weights are stored once per route. The `Router` has no
+  default route, so a plain `encode` raises instead of silently using one tower.
+- Each encoder is stored as its architecture's full default model (BERT with its pooler:
+  models/export_backbone.py), so that neither sentence-transformers nor `AutoModel` warns of
+  newly initialised weights when loading it.
 - Refused: TASER Seq-R/Tok-R (the expert depends on the input, which no plain encoder expresses)
   and DESIRE-ME (its query vector mixes domain specialisers by a learned gate, which has no
   sentence-transformers module; loading it would need odqa's code).
@@ -32,6 +36,8 @@ from .backbone import build_encoder, quiet_transformers
 from .base import Retriever
 from .config import DESIRE_ME_ARCHS, TASER_ARCHS
 from .encoders import BiEncoder
+from .export_backbone import complete_encoder
+from .export_card import model_card
 from .taser import TaserRetriever
 
 # The expert's modules and the BERT FFN modules they were copied from (models/taser.py).
@@ -48,6 +54,8 @@ class ExportedModel:
 
     layout: str  # "single" | "router"
     hf_folders: dict[str, str]  # route ("query", "document" or "both") -> folder relative to the export
+    added_weights: list[str]  # weights odqa's model lacks that the export adds (models/export_backbone.py)
+    added_from: str | None  # "base" or "initialised"; None when none were added
 
 
 def side_encoders(retriever: Retriever) -> dict[str, nn.Module]:
@@ -111,13 +119,13 @@ def export_sentence_transformers(retriever: Retriever, folder: Path, model_name:
             "exporting to sentence-transformers needs the sentence-transformers package "
             "(pip install 'odqa[export]')"
         ) from error
-    encoders = side_encoders(retriever)
     config = retriever.config
+    encoders = {route: complete_encoder(encoder, config.base) for route, encoder in side_encoders(retriever).items()}
     with tempfile.TemporaryDirectory(prefix="odqa-export-") as scratch, quiet_transformers():
         transformers: dict[str, Transformer] = {}
         for route, encoder in encoders.items():
             saved = Path(scratch) / route
-            encoder.save_pretrained(saved, safe_serialization=True)
+            encoder.model.save_pretrained(saved, safe_serialization=True)
             retriever.tokenizer.save_pretrained(saved)
             lengths = {"query": config.question_max_length, "document": config.passage_max_length}
             transformers[route] = Transformer(
@@ -125,9 +133,8 @@ def export_sentence_transformers(retriever: Retriever, folder: Path, model_name:
                 max_seq_length=lengths.get(route, max(lengths.values())),
                 query_length=config.question_max_length if route in ("both", "query") else None,
                 document_length=config.passage_max_length if route in ("both", "document") else None,
-                model_kwargs={"add_pooling_layer": False} if _has_pooler_option(encoder) else None,
             )
-        pooling = Pooling(next(iter(encoders.values())).config.hidden_size, config.pooling)
+        pooling = Pooling(next(iter(encoders.values())).model.config.hidden_size, config.pooling)
         head: list[nn.Module] = [pooling]
         projection = getattr(retriever, "projection", None)
         if projection is not None:
@@ -138,21 +145,21 @@ def export_sentence_transformers(retriever: Retriever, folder: Path, model_name:
             modules = [transformers["both"], *head]
             layout = "single"
         else:
+            # No default route: a plain `encode` raises, naming the routes, instead of silently
+            # encoding with one tower (sentence-transformers' own default is the document side).
             modules = [Router.for_query_document(query_modules=[transformers["query"], *head],
-                                                 document_modules=[transformers["document"], *head])]  # fmt: skip
+                                                 document_modules=[transformers["document"], *head],
+                                                 default_route=None, allow_empty_key=False)]  # fmt: skip
             layout = "router"
         if config.similarity == "cosine":
             modules.append(Normalize())
         model = SentenceTransformer(modules=modules, similarity_fn_name=config.similarity, device="cpu")
         model.save(str(folder))
     hf_folders = _hf_folders(folder)
-    atomic_write_text(folder / "README.md", model_card(retriever, model_name, layout, hf_folders))
-    return ExportedModel(layout=layout, hf_folders=hf_folders)
-
-
-def _has_pooler_option(encoder: nn.Module) -> bool:
-    """BERT-family encoders take `add_pooling_layer`; odqa never uses (or trains) the pooler."""
-    return getattr(encoder.config, "model_type", None) in ("bert", "roberta", "xlm-roberta", "electra", "ernie")
+    completed = next(iter(encoders.values()))
+    atomic_write_text(folder / "README.md", model_card(retriever, model_name, layout, hf_folders, completed))
+    return ExportedModel(layout=layout, hf_folders=hf_folders, added_weights=list(completed.added),
+                         added_from=completed.source)  # fmt: skip
 
 
 def _hf_folders(root: Path) -> dict[str, str]:
@@ -166,51 +173,3 @@ def _hf_folders(root: Path) -> dict[str, str]:
         route = "both" if relative == "." else ("query" if "query" in relative else "document")
         found[route] = "" if relative == "." else relative
     return found
-
-
-def _passage_advice(passage_input: str, max_length: int) -> str:
-    if passage_input == "joined-lowercase":
-        return (f"pass each passage as **one lowercased string** `f\"{{title}} {{text}}\".lower()`, as this "
-                f"model was trained (DESIRE-ME's reference input), truncated to {max_length} tokens.")
-    return ("pass each passage as a **(title, text) pair**. odqa tokenizes a passage as the\n  tokenizer pair "
-            "`[CLS] title [SEP] text [SEP]` (second segment type ids for the text), truncated\n  longest-first to "
-            f"{max_length} tokens. A joined string such as `\"title text\"` gives different vectors.")
-
-
-def model_card(retriever: Retriever, model_name: str, layout: str, hf_folders: dict[str, str]) -> str:
-    """The README.md of an exported folder: how to call it so the vectors are odqa's."""
-    config = retriever.config
-    plain = "\n".join(f"- {route}: `AutoModel.from_pretrained(\"<folder>/{folder}\")`"
-                      for route, folder in sorted(hf_folders.items()))  # fmt: skip
-    norm = "L2-normalised (cosine)" if config.similarity == "cosine" else "not normalised (dot product)"
-    routes = ("one encoder for questions and passages" if layout == "single"
-              else "a `Router`: the `query` route encodes questions, the `document` route passages")  # fmt: skip
-    return f"""---
-library_name: sentence-transformers
-tags: [sentence-transformers, feature-extraction, dense-retrieval, odqa]
----
-# {model_name}
-
-Exported by odqa from model `{model_name}` (arch `{config.arch}`, base `{config.base}`,
-fingerprint `{retriever.config_fingerprint()[:16]}`). It loads without odqa:
-
-```python
-from sentence_transformers import SentenceTransformer
-model = SentenceTransformer("<folder>")
-q = model.encode_query(["who wrote hamlet?"])
-p = model.encode_document([("Hamlet", "Hamlet is a tragedy by William Shakespeare.")])
-scores = model.similarity(q, p)
-```
-
-## Giving odqa's vectors
-
-- Layout: {routes}.
-- Passages: {_passage_advice(config.passage_input, config.passage_max_length)}
-- Questions: `encode_query(text)`, truncated to {config.question_max_length} tokens.
-- Pooling: `{config.pooling}`{"; a shared linear projection to " + str(config.projection_dim) if config.projection_dim else ""};
-  vectors are {norm}; similarity `{config.similarity}`.
-
-## Plain Hugging Face encoders
-
-{plain}
-"""

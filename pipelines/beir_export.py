@@ -1,8 +1,9 @@
 """A dataset split in BEIR's layout: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv.
 
 BEIR's `GenericDataLoader`, MTEB's custom retrieval tasks and pyserini's BEIR tools read this
-layout. Relevance judgments come from the questions' `positive_ids` (score 1), the same qrels
-`odqa evaluate` uses, so a run evaluated on the exported qrels sees the same judgments.
+layout. The relevance judgments are those `odqa evaluate` scores against (the split's `qrels` rows,
+else its questions' `positive_ids` with score 1), so a run evaluated on the exported qrels sees the
+same judgments.
 Every file is written to a temporary name and renamed, so an interrupted export never looks
 complete.
 """
@@ -10,7 +11,7 @@ complete.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -43,16 +44,18 @@ def write_beir_queries(questions: pa.Table, out: Path) -> int:
     return questions.num_rows
 
 
-def write_beir_qrels(questions: pa.Table, out: Path) -> tuple[int, int]:
-    """One `query-id corpus-id 1` row per positive passage; returns (rows, questions judged)."""
+def write_beir_qrels(judgments: Mapping[str, Mapping[str, int]], question_ids: Sequence[str],
+                     out: Path) -> tuple[int, int]:  # fmt: skip
+    """One `query-id corpus-id score` row per judged passage of each of `question_ids` (the
+    exported queries: BEIR's loader fails on a judged query it does not have); returns (rows,
+    questions judged)."""
     rows = judged = 0
     with atomic_text_file(out) as handle:
         handle.write(QRELS_HEADER + "\n")
-        for qid, positives in zip(questions.column("question_id").to_pylist(),
-                                  questions.column("positive_ids").to_pylist(), strict=True):  # fmt: skip
-            unique = list(dict.fromkeys(positives or []))
-            for pid in unique:
-                handle.write(f"{qid}\t{pid}\t1\n")
-            rows += len(unique)
-            judged += bool(unique)
+        for qid in question_ids:
+            found = judgments.get(qid, {})
+            for pid, score in found.items():
+                handle.write(f"{qid}\t{pid}\t{score}\n")
+            rows += len(found)
+            judged += bool(found)
     return rows, judged

@@ -14,6 +14,7 @@ and the index fixed. :class:`ModelRef` carries both sides.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -104,6 +105,34 @@ def _resolve_one(ws: Workspace, model: str) -> tuple[str, str]:
         resolved = folder.resolve()
         return str(resolved), f"{slug(resolved.name, 'model')}-{fingerprint(str(resolved))[:8]}"
     return model, slug(model, "model")
+
+
+@dataclass(frozen=True)
+class PublicModelName:
+    """How a model may be named in what leaves this machine (an export's model card)."""
+
+    label: str  # the Hugging Face name, else the folder's own name: never a local path
+    hub_name: str | None  # the Hugging Face name, where known
+
+
+# A Hugging Face cache folder: models--<name> or models--<owner>--<name> (hub names hold no "--").
+_HUB_CACHE_FOLDER = re.compile(r"models--(?P<name>.+)")
+
+
+def public_model_name(name_or_path: str) -> PublicModelName:
+    """A model given by hub name or folder (`resolve_model` makes folders absolute), named without
+    its local path: a hub name as is, a folder of the Hugging Face cache by the hub name it caches,
+    any other folder by its own name (a workspace model's folder is named after its model id)."""
+    path = Path(name_or_path).expanduser()
+    if not (path.is_absolute() or name_or_path.startswith(".") or "\\" in name_or_path or path.exists()):
+        return PublicModelName(label=name_or_path, hub_name=name_or_path)
+    parts = path.resolve().parts
+    for folder, below in zip(parts, parts[1:], strict=False):
+        cached = _HUB_CACHE_FOLDER.fullmatch(folder)
+        if cached and below == "snapshots":
+            hub_name = cached.group("name").replace("--", "/")
+            return PublicModelName(label=hub_name, hub_name=hub_name)
+    return PublicModelName(label=path.resolve().name, hub_name=None)
 
 
 def resolve_model(ws: Workspace, model: str) -> ModelRef:

@@ -54,11 +54,18 @@ def export_model(ctx: click.Context, model: str, fmt: str, out: str, force: bool
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Folder to write: new or empty (or an earlier export, with --force).")  # fmt: skip
 @click.option("--force", is_flag=True, help=FORCE_FOLDER_HELP)
+@click.option("--allow-empty-qrels", is_flag=True,
+              help="Export a split none of whose questions is judged (an empty qrels file, with a warning) "
+                   "instead of refusing it.")  # fmt: skip
 @click.pass_context
-def export_beir(ctx: click.Context, dataset: str, split: str, out: str, force: bool) -> None:
-    """Write the passages and DATASET/SPLIT's questions and judgments (positive passages) in BEIR's
-    layout: OUT/corpus.jsonl, OUT/queries.jsonl, OUT/qrels/SPLIT.tsv."""
+def export_beir(ctx: click.Context, dataset: str, split: str, out: str, force: bool, allow_empty_qrels: bool) -> None:
+    """Write the passages and DATASET/SPLIT's questions and judgments (the qrels `odqa evaluate` scores
+    against) in BEIR's layout: OUT/corpus.jsonl, OUT/queries.jsonl, OUT/qrels/SPLIT.tsv. A split
+    without judgments is refused unless --allow-empty-qrels."""
     from ..stages.export import export_beir_flow
 
-    echo_report("export beir", export_beir_flow(dataset=dataset, split=split, out=out, force=force,
-                                                workspace=workspace_arg(ctx)))  # fmt: skip
+    report = export_beir_flow(dataset=dataset, split=split, out=out, force=force, allow_empty_qrels=allow_empty_qrels,
+                              workspace=workspace_arg(ctx))  # fmt: skip
+    echo_report("export beir", report)
+    if report.warning:
+        click.echo(f"odqa: warning: {report.warning}", err=True)

@@ -44,6 +44,15 @@ class EvaluateReport(Report):
     plot: str | None
 
 
+def split_judgments(ws: Workspace, dataset: str, split: str,
+                    questions: pa.Table) -> tuple[dict[str, dict[str, int]], str]:  # fmt: skip
+    """The judgments a split's qrels metrics are scored against, and their source: the `qrels`
+    table's (graded) rows when it judges the split, else the `questions`' `positive_ids` (score 1).
+    `odqa export beir` writes exactly these."""
+    judged = relevance_judgments(ws, dataset, split)
+    return (judged, "qrels") if judged else (qrels_from_questions(questions), "positive_ids")
+
+
 def score_run(ws: Workspace, run: str, ks: tuple[int, ...], match: str) -> list[SplitScores]:
     """Score a run on every dataset split its questions come from."""
     rows = read_run(ws, run)
@@ -56,8 +65,7 @@ def score_run(ws: Workspace, run: str, ks: tuple[int, ...], match: str) -> list[
     results = []
     for dataset, split in pairs:
         questions = load_questions(ws, dataset, split, EVALUATION_COLUMNS)
-        judged = relevance_judgments(ws, dataset, split)
-        qrels, source = (judged, "qrels") if judged else (qrels_from_questions(questions), "positive_ids")
+        qrels, source = split_judgments(ws, dataset, split, questions)
         results.append(score_split(rows, questions, dataset=dataset, split=split, ks=ks, mode=match_mode(dataset, match),
                                    passage_texts=texts, qrels=qrels, qrels_source=source, passages_missing=missing))  # fmt: skip
     return results
