@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .groups import NAME_RULE_HELP, checked_name, import_group, workspace_arg
@@ -9,7 +11,27 @@ from .report import echo_report
 
 QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
 
-@import_group.command("passages")
+
+def _passages_head(params: dict[str, Any]) -> None:
+    from ...pipelines.import_heads import check_passages_head
+
+    check_passages_head(params["fmt"], params["path"], params["max_record_bytes"])
+
+
+def _questions_head(params: dict[str, Any]) -> None:
+    from ...pipelines.import_heads import check_questions_head
+
+    check_questions_head(params["fmt"], params["path"], params["dataset"], params["split"],
+                         params["max_record_bytes"])  # fmt: skip
+
+
+def _run_head(params: dict[str, Any]) -> None:
+    from ...pipelines.import_heads import check_run_head
+
+    check_run_head(params["path"])
+
+
+@import_group.command("passages", precheck=_passages_head)
 @click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
 @click.option("--replace", is_flag=True, help="Replace the passages an earlier import of this same file added.")
 @click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
@@ -34,7 +56,7 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
 
 
 
-@import_group.command("questions")
+@import_group.command("questions", precheck=_questions_head)
 @click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
 @click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
 @click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
@@ -62,7 +84,7 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, rep
     echo_report("import questions", report)
 
 
-@import_group.command("run")
+@import_group.command("run", precheck=_run_head)
 @click.option("--format", "fmt", type=click.Choice(["trec"]), default="trec", show_default=True)
 @click.option("--run", "run", required=True, callback=checked_name,
               help=f"Name to store the run under. {NAME_RULE_HELP}")

@@ -12,13 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from ...pipelines.passage_formats import (
-    MAX_RECORD_BYTES,
-    PassageFormatError,
-    read_beir_corpus,
-    read_dpr_tsv,
-    write_dpr_tsv,
-)
+from ...pipelines.import_heads import PASSAGE_READERS, passage_data_file
+from ...pipelines.passage_formats import MAX_RECORD_BYTES, PassageFormatError, write_dpr_tsv
 from ...pipelines.progress import progress
 from ...storage import Workspace
 from ...storage.fingerprint import file_sha256, fingerprint
@@ -28,9 +23,6 @@ from ...storage.reports import Report
 from ...storage.tables import Transaction, entries_after
 from ...storage.write_targets import check_file_target, export_file
 from ..plumbing.skip_unchanged import finished_report
-
-READERS = {"dpr-tsv": read_dpr_tsv, "beir": read_beir_corpus}
-
 
 ON_DUPLICATE = ("refuse", "keep-existing")
 
@@ -119,7 +111,7 @@ def stage_passages(ws: Workspace, tx: Transaction, fmt: str, source_path: Path, 
     tx.replace_source("passages", source)
     writer = tx.writer("passages", source=source)
     with progress(None, f"import {source_path.name}", "passages") as bar:
-        for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes, opened=opened):
+        for batch in PASSAGE_READERS[fmt](source_path, max_record_bytes=max_record_bytes, opened=opened):
             table = pa.Table.from_batches([batch])
             if existing is not None:
                 table = table.filter(pc.invert(pc.is_in(table.column("passage_id"), value_set=existing)))
@@ -185,15 +177,13 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
         max_record_bytes: The longest record (line) accepted; a longer one is refused with its
             file and line.
     """
-    if fmt not in READERS:
-        raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(READERS)}")
+    if fmt not in PASSAGE_READERS:
+        raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(PASSAGE_READERS)}")
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
-    data_file = source_path / "corpus.jsonl" if source_path.is_dir() else source_path
-    if not data_file.is_file():
-        raise FileNotFoundError(f"passage file not found: {data_file}")
+    data_file = passage_data_file(source_path)
     source = import_source(fmt, source_path)
     # One passages import at a time: the duplicate check must see every commit before its own.
     with passages_import_lock(ws, f"import of {source_path}"):

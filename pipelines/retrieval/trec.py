@@ -49,11 +49,12 @@ def write_trec_run(batches: Iterable[pa.RecordBatch | pa.Table], path: Path, *, 
     return rows
 
 
-def read_trec_run(path: Path) -> pa.Table:
+def read_trec_run(path: Path, first_lines: int | None = None) -> pa.Table:
     """Read a TREC run file into run rows, ranks re-derived from scores within each question.
 
     Blank lines are skipped; a malformed line or a passage listed twice for one question is
-    an error naming the file and line.
+    an error naming the file and line. ``first_lines``: read only that many lines (a check of the
+    file's head before the whole import).
     """
     path = Path(path)
     qids: list[str] = []
@@ -62,6 +63,8 @@ def read_trec_run(path: Path) -> pa.Table:
     seen: dict[tuple[str, str], int] = {}
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
+            if first_lines is not None and number > first_lines:
+                break
             fields = line.split()
             if not fields:
                 continue
