@@ -44,7 +44,7 @@ SearchFn = Callable[[LoadedRelease, str, list[str], int, float | None], Awaitabl
 MAX_ALPHA = 100.0
 MAX_QID_CHARS = 200
 ROUTES = "/v1/{index}/search or /v1/{index}/doc/{docid}"
-# Every method but GET (and HEAD, which Starlette answers with GET's route): answered 405 on the two routes.
+# Every method but GET and HEAD (Anserini's server answers HEAD as GET): answered 405 on the two routes.
 OTHER_METHODS = ["POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _HITS = re.compile(r"[+-]?[0-9]{1,19}")  # what Java's Integer.parseInt reads, before the range check
 
@@ -130,6 +130,7 @@ def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_query_chars: 
     micro-batched search, so both shapes give the same hits)."""
     router = APIRouter(prefix="/v1", tags=["REST v1 (Anserini / pyserini shape)"])
 
+    @router.api_route("/{index}/search", methods=["HEAD"], include_in_schema=False)
     @router.get("/{index}/search")
     async def search_v1(index: str, query: str | None = None, hits: str = "10", parse: str | None = None,
                         qid: str | None = None, alpha: str | None = None) -> Response:  # fmt: skip
@@ -154,6 +155,7 @@ def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_query_chars: 
             return _error(error.status, str(error))
         return Response(content=orjson.dumps(payload), media_type="application/json")
 
+    @router.api_route("/{index}/doc/{docid:path}", methods=["HEAD"], include_in_schema=False)
     @router.get("/{index}/doc/{docid:path}")
     async def doc_v1(index: str, docid: str, parse: str | None = None) -> Response:
         """The passage `docid` of the release `{index}` belongs to (`parse=false`: its raw stored

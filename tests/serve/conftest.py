@@ -35,9 +35,10 @@ def workspace_copy(served_workspace: Path, tmp_path: Path) -> Path:
     return target
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served_service(served_workspace: Path):
-    """The service over `served_workspace`, in a thread of this process, for one test module."""
+    """The service over `served_workspace`, in a thread of this process, shared by the modules that
+    only read from it (one start and stop instead of one per module)."""
     from odqa.service.app import create_app
 
     with ServiceThread(create_app(served_workspace, poll_s=0.2)) as running:

@@ -16,7 +16,7 @@ from tests.serve.harness import ServiceThread, get, minilm
 QUESTION = "Where was Marie Curie born?"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def service(served_service: ServiceThread) -> ServiceThread:
     return served_service
 

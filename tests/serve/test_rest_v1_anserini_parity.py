@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import pytest
+import requests
 
 from odqa.pipelines.retrieval.bm25 import stored_raw
 from odqa.storage import Workspace
@@ -19,7 +20,7 @@ from tests.serve.harness import ServiceThread, get
 QUESTION = "Where was Marie Curie born?"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def service(served_service: ServiceThread) -> ServiceThread:
     return served_service
 
@@ -97,8 +98,9 @@ def test_another_method_gets_405(service: ServiceThread, method: str, body: byte
     assert "only GET is supported" in json.loads(text)["error"]
 
 
-def test_post_search_without_a_length_still_gets_411(service: ServiceThread) -> None:
-    status, _, text = _send(service, "POST", "/search")
+def test_a_bodiless_post_gets_405_on_v1_and_still_411_on_search(service: ServiceThread) -> None:
+    assert _send(service, "POST", "/v1/bm25/search?query=curie")[0] == 405  # Anserini's; it was 411
+    status, _, text = _send(service, "POST", "/search")  # the route that reads a body still needs its length
     assert status == 411 and "Content-Length" in text
 
 
@@ -122,3 +124,9 @@ def test_statuses_follow_anserini(service: ServiceThread, path: str, params: dic
 def test_hits_reads_as_java_reads_an_int(service: ServiceThread) -> None:
     reply = get(service, "/v1/bm25/search", query=QUESTION, hits="+2")
     assert reply.status_code == 200 and len(reply.json()["candidates"]) == 2
+
+
+def test_head_answers_as_get(service: ServiceThread) -> None:
+    for path in ("/v1/bm25/search", "/v1/bm25/doc/1023_0"):
+        reply = requests.head(f"{service.url}{path}", params={"query": QUESTION}, timeout=60)
+        assert reply.status_code == 200 and reply.headers["content-type"] == "application/json" and not reply.content
