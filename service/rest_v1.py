@@ -10,10 +10,10 @@ status beside Anserini's).
 served dense model's name (its dense index). Hybrid takes the model's tuned alpha, or ``&alpha=``
 (an odqa addition, as in ``POST /search``). ``doc`` is the passage as a parsed JSON document,
 ``{"title", "text", "contents"}`` (contents: title, newline, text, the field pyserini's Wikipedia
-indexes hold); with ``parse=false`` it is the raw document string Anserini stores for the
-passage (`pipelines.retrieval.bm25.stored_raw`), byte for byte. ``qid`` (a parameter of
-Anserini's earlier REST API, whose answers carried it as ``query.qid``, as its reranker requests
-do) is echoed when given.
+indexes hold and odqa's BM25 index stores); with ``parse=false`` it is the raw document string
+Anserini stores for the passage (`pipelines.retrieval.bm25.stored_raw`), byte for byte.
+``qid`` (a parameter of Anserini's earlier REST API, whose answers carried it as ``query.qid``,
+as its reranker requests do) is echoed when given.
 
 Errors are ``{"error": message}`` with Anserini's statuses: 400 for a bad parameter or an index
 the release does not have, 404 for an unknown docid or route, 405 for any method but GET on the
@@ -32,7 +32,7 @@ import orjson
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from ..pipelines.retrieval.bm25 import stored_raw
+from ..pipelines.retrieval.bm25 import passage_contents, stored_raw
 from ..pipelines.search.hits import Ranked
 from ..pipelines.search.limits import checked_k
 from ..storage.choices import RETRIEVER_KINDS
@@ -120,9 +120,10 @@ def _query(text: str, qid: str | None) -> dict[str, str]:
 
 
 def _doc(docid: str, title: str | None, text: str | None, parse: bool) -> dict[str, Any] | str:
+    """The passage parsed (its fields, and `contents` as the BM25 index stores it) or raw."""
     if not parse:
         return stored_raw(docid, title, text)
-    return {"title": title, "text": text, "contents": f"{title or ''}\n{text or ''}"}
+    return {"title": title, "text": text, "contents": passage_contents(title, text)}
 
 
 def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_query_chars: int) -> APIRouter:

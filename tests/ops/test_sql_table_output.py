@@ -22,11 +22,11 @@ def _cells(table_text: str) -> list[str]:
 
 
 def test_strings_print_as_they_are_and_numbers_keep_their_digits() -> None:
-    cells = _cells(render(duckdb.sql(QUERY).fetch_arrow_table(), "table"))
+    cells = _cells(render(duckdb.sql(QUERY).to_arrow_table(), "table"))
     assert cells == ["0.123456789", "1e3", "0.3333333333333333", "0.1", "0.123456789", "1234567890123456789", "nan"]
     # numbers stay right-aligned and text left-aligned, as tabulate aligned them when it parsed numbers
     pairs = duckdb.sql("SELECT * FROM (VALUES ('0.5', 1.5::DOUBLE), ('0.123456789', 10.123456789)) t(s, x)")
-    lines = render(pairs.fetch_arrow_table(), "table").splitlines()
+    lines = render(pairs.to_arrow_table(), "table").splitlines()
     assert lines[2].startswith("0.5 ") and lines[2].endswith(" 1.5")
     assert lines[3].startswith("0.123456789") and lines[3].endswith("10.123456789")
 
