@@ -56,6 +56,7 @@ log = logging.getLogger("odqa.serve")
 
 MAX_BATCH = 256
 MAX_BODY_BYTES = 1_048_576
+BODY_ROUTES = frozenset({"/search"})  # the routes that read a request body (POST /search)
 MAX_HITS = 100_000  # k x questions of one request: bounds the answer (passage texts included)
 PAGE = Path(__file__).resolve().parent / "static" / "search.html"
 DOCS_PAGE = PAGE.with_name("docs.html")
@@ -170,7 +171,8 @@ class Arrivals:
 class RequestLimits:
     """ASGI middleware: the edge every request passes before any route sees it.
 
-    * refuses oversized or unsized bodies before reading them (413/411);
+    * refuses oversized bodies before reading them (413), and unsized ones where a route reads a
+      body (411; any other route answers its own 404 or 405, as the REST v1 routes must);
     * reads the body within ``body_timeout_s`` (408 and the connection closed after it: a client
       trickling a body must not hold a request open), and refuses one that is not UTF-8 (400);
     * counts search requests whose body has arrived (`Arrivals`, the micro-batchers' reason to wait).
@@ -188,7 +190,7 @@ class RequestLimits:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
-        if length is None and scope["method"] == "POST":
+        if length is None and scope["method"] == "POST" and scope["path"] in BODY_ROUTES:
             return await error_response(411, "send a Content-Length header (no chunked bodies)")(scope, receive, send)
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return await error_response(413, f"request body of {length.decode(errors='replace')[:20]} bytes is over "

@@ -40,6 +40,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import signal
 import socket
 import stat as file_stat
@@ -553,14 +554,15 @@ def workspace_gone(server_pid: int, workspace: Path) -> str | None:
 
 def stop_command(workspace: Path) -> str:
     """The command that stops ``workspace``'s server where the user is: `./run server stop` in the
-    checkout this code runs from (the only place `./run` exists), else `odqa server stop`; with
-    the workspace named unless it is the default one."""
+    checkout this code runs from (the only place `./run` exists), else `odqa server stop` (an
+    installed odqa, or any other folder); with the workspace named, quoted for the shell, unless
+    it is the default one."""
     default = Path(os.environ.get("ODQA_WORKSPACE") or "workspace").expanduser().resolve()
-    named = workspace.resolve() != default
+    named = f" -w {shlex.quote(str(workspace))}" if workspace.resolve() != default else ""
     with contextlib.suppress(OSError):
         if (Path.cwd() / "run").samefile(Path(__file__).resolve().parents[2] / "run"):
-            return "./run server stop" + (f" -w {workspace}" if named else "")
-    return f"odqa{f' -w {workspace}' if named else ''} server stop"
+            return f"./run server stop{named}"
+    return f"odqa{named} server stop"
 
 
 def _choose_port(wanted: int | None, previous: ServerRecord | None) -> int:

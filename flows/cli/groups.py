@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -57,9 +58,19 @@ WORKSPACELESS_VERBS = frozenset({"init", "index plan", "server list", "server st
 class VerbCommand(click.Command):
     """A verb: after its arguments are parsed (so `--help` and usage errors stay instant and start
     nothing), choose the Prefect server its flows report to, starting the workspace's one when
-    the verb runs flows."""
+    the verb runs flows.
+
+    ``precheck`` (a command's keyword): a check of the parsed arguments that needs more than one
+    of them or reads the input (an import's file head, `pipelines.import_heads`); it runs
+    first, so a refusal starts no server and creates no workspace."""
+
+    def __init__(self, *args: Any, precheck: Callable[[dict[str, Any]], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.precheck = precheck
 
     def invoke(self, ctx: click.Context):
+        if self.precheck is not None:
+            self.precheck(ctx.params)
         root = ctx.find_root()
         verb = " ".join(ctx.command_path.split()[1:])
         if root.obj is not None and verb not in WORKSPACELESS_VERBS:

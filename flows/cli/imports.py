@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ...pipelines.tsv_lines import TSV_PASSAGE_FORMATS, TSV_QUESTION_FORMATS, check_quoting
@@ -13,6 +15,7 @@ QUOTING_HELP = ("How a tab-separated line is split: csv reads it as DPR's csv.re
                 "a quote is csv-quoted); none splits it at tabs only, quotes being text, for a file not written "
                 "with csv quoting.")  # fmt: skip
 
+
 def _check_quoting(quoting: str, fmt: str, tab_separated: tuple[str, ...]) -> None:
     """Refuse --quoting none for a format without a tab-separated file before any work starts."""
     try:
@@ -21,7 +24,28 @@ def _check_quoting(quoting: str, fmt: str, tab_separated: tuple[str, ...]) -> No
         raise click.UsageError(str(exc)) from None
 
 
-@import_group.command("passages")
+def _passages_head(params: dict[str, Any]) -> None:
+    from ...pipelines.import_heads import check_passages_head
+
+    _check_quoting(params["quoting"], params["fmt"], TSV_PASSAGE_FORMATS)
+    check_passages_head(params["fmt"], params["path"], params["max_record_bytes"], params["quoting"])
+
+
+def _questions_head(params: dict[str, Any]) -> None:
+    from ...pipelines.import_heads import check_questions_head
+
+    _check_quoting(params["quoting"], params["fmt"], TSV_QUESTION_FORMATS)
+    check_questions_head(params["fmt"], params["path"], params["dataset"], params["split"],
+                         params["max_record_bytes"], params["quoting"])  # fmt: skip
+
+
+def _run_head(params: dict[str, Any]) -> None:
+    from ...pipelines.import_heads import check_run_head
+
+    check_run_head(params["path"])
+
+
+@import_group.command("passages", precheck=_passages_head)
 @click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
 @click.option("--replace", is_flag=True, help="Replace the passages an earlier import of this same file added.")
 @click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
@@ -42,7 +66,6 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
     """
     from ..stages.passages import import_passages_flow
 
-    _check_quoting(quoting, fmt, TSV_PASSAGE_FORMATS)
     report = import_passages_flow(fmt=fmt, path=path, workspace=workspace_arg(ctx), replace=replace,
                                   on_duplicate=on_duplicate, max_record_bytes=max_record_bytes,
                                   quoting=quoting)  # fmt: skip
@@ -50,7 +73,7 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
 
 
 
-@import_group.command("questions")
+@import_group.command("questions", precheck=_questions_head)
 @click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
 @click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
 @click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
@@ -74,14 +97,13 @@ def import_questions(ctx: click.Context, fmt: str, dataset: str, split: str, rep
     """
     from ..stages.questions import import_questions_flow
 
-    _check_quoting(quoting, fmt, TSV_QUESTION_FORMATS)
     report = import_questions_flow(fmt=fmt, path=path, dataset=dataset, split=split, workspace=workspace_arg(ctx),
                                    replace=replace, on_duplicate=on_duplicate,
                                    max_record_bytes=max_record_bytes, quoting=quoting)  # fmt: skip
     echo_report("import questions", report)
 
 
-@import_group.command("run")
+@import_group.command("run", precheck=_run_head)
 @click.option("--format", "fmt", type=click.Choice(["trec"]), default="trec", show_default=True)
 @click.option("--run", "run", required=True, callback=checked_name,
               help=f"Name to store the run under. {NAME_RULE_HELP}")

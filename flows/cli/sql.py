@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from typing import TYPE_CHECKING
 
 import click
@@ -16,9 +15,18 @@ if TYPE_CHECKING:  # pyarrow is imported by the query itself, not by `odqa --hel
     import pyarrow as pa
 
 
+def _number(value: object, single_precision: bool) -> str:
+    """A number as DuckDB's own CLI prints it: the shortest text that reads back to the same value
+    in the column's type (a FLOAT column's as float32, a DOUBLE's as float64), a DECIMAL with its
+    scale."""
+    if single_precision and isinstance(value, float):
+        import numpy as np
+
+        return str(np.float32(value))
+    return str(value)  # int, float64 (Python's repr is the shortest round trip), Decimal, nan, inf
+
+
 def _cell(value: object, width: int) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
     if isinstance(value, (list, dict)):
         value = json.dumps(value, ensure_ascii=False, default=str)
     if isinstance(value, str) and len(value) > width:
@@ -27,7 +35,12 @@ def _cell(value: object, width: int) -> object:
 
 
 def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
-    """The query result as an aligned table, CSV or JSON Lines."""
+    """The query result as an aligned table, CSV or JSON Lines.
+
+    The table prints each value as it is: a string is never read as a number (`'0.123456789'`
+    stays that text), and a number keeps every digit its type holds (see `_number`); numeric
+    columns are right-aligned."""
+    import pyarrow as pa
     from tabulate import tabulate
 
     rows = table.to_pylist()
@@ -40,8 +53,13 @@ def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
         for r in rows:
             writer.writerow([json.dumps(v, ensure_ascii=False) if isinstance(v, list) else v for v in r.values()])
         return out.getvalue().rstrip("\n")
-    body = [[_cell(v, max_width) for v in r.values()] for r in rows]
-    return tabulate(body, headers=table.column_names, tablefmt="simple", floatfmt=".4g")
+    types = table.schema.types
+    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) for t in types]
+    single = [pa.types.is_float32(t) for t in types]
+    body = [[_number(v, one) if is_number and v is not None else _cell(v, max_width)
+             for v, one, is_number in zip(r.values(), single, numeric, strict=True)] for r in rows]  # fmt: skip
+    return tabulate(body, headers=table.column_names, tablefmt="simple", disable_numparse=True,
+                    colalign=["right" if is_number else "left" for is_number in numeric] or None)  # fmt: skip
 
 
 @main.command("sql")

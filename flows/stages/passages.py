@@ -12,15 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import flow, task
 
-from ...pipelines.passage_formats import (
-    MAX_RECORD_BYTES,
-    PassageFormatError,
-    read_beir_corpus,
-    read_dpr_tsv,
-    write_dpr_tsv,
-)
+from ...pipelines.import_heads import passage_data_file, passage_reader
+from ...pipelines.passage_formats import MAX_RECORD_BYTES, PassageFormatError, write_dpr_tsv
 from ...pipelines.progress import progress
-from ...pipelines.tsv_lines import TSV_PASSAGE_FORMATS, Quoting, check_quoting, quoting_fingerprint
+from ...pipelines.tsv_lines import Quoting, quoting_fingerprint
 from ...storage import Workspace
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
@@ -29,9 +24,6 @@ from ...storage.reports import Report
 from ...storage.tables import Transaction, entries_after
 from ...storage.write_targets import check_file_target, export_file
 from ..plumbing.skip_unchanged import finished_report
-
-READERS = {"dpr-tsv": read_dpr_tsv, "beir": read_beir_corpus}
-
 
 ON_DUPLICATE = ("refuse", "keep-existing")
 
@@ -117,13 +109,13 @@ def stage_passages(ws: Workspace, tx: Transaction, fmt: str, source_path: Path, 
     is committed. `opened`: the file already open, `source_path` naming it. `quoting`: how a
     dpr-tsv line is split (`pipelines.tsv_lines`)."""
     source = import_source(fmt, source_path)
-    options = {"quoting": check_quoting(quoting, fmt, TSV_PASSAGE_FORMATS)} if quoting != "csv" else {}
+    read = passage_reader(fmt, quoting)
     rows = skipped = 0
     existing = _existing_ids(ws, source) if on_duplicate == "keep-existing" else None
     tx.replace_source("passages", source)
     writer = tx.writer("passages", source=source)
     with progress(None, f"import {source_path.name}", "passages") as bar:
-        for batch in READERS[fmt](source_path, max_record_bytes=max_record_bytes, opened=opened, **options):
+        for batch in read(source_path, max_record_bytes=max_record_bytes, opened=opened):
             table = pa.Table.from_batches([batch])
             if existing is not None:
                 table = table.filter(pc.invert(pc.is_in(table.column("passage_id"), value_set=existing)))
@@ -195,16 +187,12 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
             (a field that starts with a quote is csv-quoted); none splits it at tabs only, quotes
             being text (a file that was not written with csv quoting).
     """
-    if fmt not in READERS:
-        raise ValueError(f"unknown passage format {fmt!r}; expected one of {sorted(READERS)}")
-    check_quoting(quoting, fmt, TSV_PASSAGE_FORMATS)
+    passage_reader(fmt, quoting)  # refuses an unknown format or quoting before any work
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
-    data_file = source_path / "corpus.jsonl" if source_path.is_dir() else source_path
-    if not data_file.is_file():
-        raise FileNotFoundError(f"passage file not found: {data_file}")
+    data_file = passage_data_file(source_path)
     source = import_source(fmt, source_path)
     # One passages import at a time: the duplicate check must see every commit before its own.
     with passages_import_lock(ws, f"import of {source_path}"):

@@ -90,11 +90,15 @@ class Batches:
         self.schema = schema
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.batches(BATCH_ROWS)
+
+    def batches(self, size: int) -> Iterator[pa.RecordBatch]:
+        """The stream in batches of ``size`` records (a small first batch checks a file's head)."""
         rows: list[dict[str, Any]] = []
         try:
             for row in self._produce():
                 rows.append(row)
-                if len(rows) >= BATCH_ROWS:
+                if len(rows) >= size:
                     yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
                     rows = []
         except JsonFormatError as exc:

@@ -76,6 +76,30 @@ def passage_contents(title: str | None, text: str | None) -> str:
     return f"{title}\n{text}" if title else text
 
 
+def collection_document(passage_id: str, title: str | None, text: str | None) -> dict[str, str]:
+    """A passage as one JsonCollection record: the document Anserini indexes (and stores raw)."""
+    return {"id": passage_id, "contents": passage_contents(title, text)}
+
+
+# Jackson's escapes: the short forms JSON has, every other C0 control as \uXXXX in upper-case hex;
+# everything else (DEL, U+2028, non-ASCII) is written as it is.
+_JACKSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_JACKSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+
+
+def _jackson_string(value: str) -> str:
+    escaped = _JACKSON_ESCAPED.sub(lambda m: _JACKSON_ESCAPES.get(m.group()) or f"\\u{ord(m.group()):04X}", value)
+    return f'"{escaped}"'
+
+
+def stored_raw(passage_id: str, title: str | None, text: str | None) -> str:
+    """The passage's raw document as Anserini stores it (``-storeRaw``) and its REST API returns it
+    with ``parse=false``: the JsonCollection record as Jackson's ``toPrettyString`` writes it
+    (two-space indent, `` : `` between name and value), byte for byte."""
+    fields = collection_document(passage_id, title, text).items()
+    return "{\n" + ",\n".join(f"  {_jackson_string(k)} : {_jackson_string(v)}" for k, v in fields) + "\n}"
+
+
 def write_json_collection(
     records: Iterable[tuple[str, str | None, str | None]], folder: Path, *, files: int
 ) -> tuple[int, int]:
@@ -98,7 +122,7 @@ def write_json_collection(
                 skipped += 1
                 continue
             written += 1
-            document = {"id": passage_id, "contents": passage_contents(title, text)}
+            document = collection_document(passage_id, title, text)
             outs[written % len(outs)].write(json.dumps(document, ensure_ascii=False) + "\n")
     return written, skipped
 

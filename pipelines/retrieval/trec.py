@@ -70,12 +70,13 @@ def _fields(path: Path, number: int, raw: bytes) -> list[str]:
         raise TrecFormatError(f"{path}:{number}: not UTF-8; run files must be UTF-8") from None
 
 
-def read_trec_run(path: Path) -> pa.Table:
+def read_trec_run(path: Path, first_lines: int | None = None) -> pa.Table:
     """Read a TREC run file into run rows, ranks re-derived from scores within each question.
 
     Blank lines and `#` comments are skipped, columns after the sixth ignored (as trec_eval
     does); a malformed line or a passage listed twice for one question is an error naming the
-    file and line.
+    file and line. ``first_lines``: read only that many lines (a check of the file's head before
+    the whole import).
     """
     path = Path(path)
     qids: list[str] = []
@@ -84,6 +85,8 @@ def read_trec_run(path: Path) -> pa.Table:
     seen: dict[tuple[str, str], int] = {}
     with open(path, "rb") as lines:
         for number, raw in enumerate(lines, start=1):
+            if first_lines is not None and number > first_lines:
+                break
             fields = _fields(path, number, raw)
             if not fields or fields[0].startswith("#"):
                 continue

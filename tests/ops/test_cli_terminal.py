@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from odqa.pipelines.import_heads import HEAD_RECORDS
 from tests.ops.input_files import PASSAGES, write_passages, write_questions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,10 +107,12 @@ def test_failure_names_the_log_file(prefect_harness, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     bad = tmp_path / "beir"
     bad.mkdir()
-    (bad / "corpus.jsonl").write_text("not json\n", encoding="utf-8")
+    # past the head the verb checks before its flow (pipelines.import_heads), so the flow fails
+    good = "".join(f'{{"_id": "p{i}", "title": "T", "text": "x"}}\n' for i in range(HEAD_RECORDS))
+    (bad / "corpus.jsonl").write_text(good + "not json\n", encoding="utf-8")
     failed = odqa(env, "-w", ws, "import", "passages", "--format", "beir", bad)
     assert failed.returncode == 1
-    assert "odqa: error: " in failed.stderr and "corpus.jsonl:1" in failed.stderr
+    assert "odqa: error: " in failed.stderr and f"corpus.jsonl:{HEAD_RECORDS + 1}" in failed.stderr
     assert f"odqa: log: {ws / 'logs' / 'odqa.log'}" in failed.stderr
     assert "Traceback" not in failed.stderr
     assert "Traceback" in (ws / "logs" / "odqa.log").read_text(encoding="utf-8")

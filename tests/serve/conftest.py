@@ -1,4 +1,5 @@
-"""A workspace with one real index release (the bundled sample, BM25 + MiniLM FAISS), built once."""
+"""A workspace with one real index release (the bundled sample, BM25 + MiniLM FAISS), built once,
+and the service over it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.harness import minilm
+from tests.serve.harness import ServiceThread, minilm
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,13 @@ def workspace_copy(served_workspace: Path, tmp_path: Path) -> Path:
     target = tmp_path / "ws"
     shutil.copytree(served_workspace, target, symlinks=True)
     return target
+
+
+@pytest.fixture(scope="session")
+def served_service(served_workspace: Path):
+    """The service over `served_workspace`, in a thread of this process, shared by the modules that
+    only read from it (one start and stop instead of one per module)."""
+    from odqa.service.app import create_app
+
+    with ServiceThread(create_app(served_workspace, poll_s=0.2)) as running:
+        yield running

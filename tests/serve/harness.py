@@ -60,6 +60,11 @@ class ServiceThread:
         self.thread.join(timeout=30)
 
 
+def get(service: ServiceThread, path: str, **params: Any) -> requests.Response:
+    """GET `path` of the running service with query `params`."""
+    return requests.get(f"{service.url}{path}", params=params, timeout=60)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -11,25 +11,20 @@ import requests
 from odqa.service.app import create_app
 from odqa.service.releases import model_display_name
 from odqa.storage import Workspace
-from tests.serve.harness import ServiceThread, minilm
+from tests.serve.harness import ServiceThread, get, minilm
 
 QUESTION = "Where was Marie Curie born?"
 
 
-@pytest.fixture(scope="module")
-def service(served_workspace: Path):
-    with ServiceThread(create_app(served_workspace, poll_s=0.2)) as running:
-        yield running
-
-
-def _get(service: ServiceThread, path: str, **params) -> requests.Response:
-    return requests.get(f"{service.url}{path}", params=params, timeout=60)
+@pytest.fixture
+def service(served_service: ServiceThread) -> ServiceThread:
+    return served_service
 
 
 @pytest.mark.parametrize("index", ["bm25", "dense", "hybrid", model_display_name(minilm())])
 def test_search_answers_in_the_rest_v1_shape(service: ServiceThread, index: str) -> None:
     own = requests.get(f"{service.url}/index", timeout=10).json()
-    reply = _get(service, f"/v1/{index}/search", query=QUESTION, hits=5, alpha=1.0)
+    reply = get(service, f"/v1/{index}/search", query=QUESTION, hits=5, alpha=1.0)
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert set(body) == {"api", "index", "version", "query", "candidates"}
@@ -49,12 +44,12 @@ def test_search_answers_in_the_rest_v1_shape(service: ServiceThread, index: str)
 
 
 def test_doc_returns_one_passage(service: ServiceThread) -> None:
-    docid = _get(service, "/v1/bm25/search", query=QUESTION, hits=1).json()["candidates"][0]["docid"]
-    reply = _get(service, f"/v1/bm25/doc/{docid}")
+    docid = get(service, "/v1/bm25/search", query=QUESTION, hits=1).json()["candidates"][0]["docid"]
+    reply = get(service, f"/v1/bm25/doc/{docid}")
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert body["api"] == "v1" and body["docid"] == docid and body["doc"]["title"] == "Marie Curie"
-    missing = _get(service, "/v1/bm25/doc/no-such-passage")
+    missing = get(service, "/v1/bm25/doc/no-such-passage")
     assert missing.status_code == 404 and "no passage 'no-such-passage'" in missing.json()["error"]
 
 
@@ -67,19 +62,19 @@ def test_doc_returns_one_passage(service: ServiceThread) -> None:
     ("/v1/bm25/search", {"query": "x" * 2001}, 400, "the limit is 2,000"),
     ("/v1/hybrid/search", {"query": QUESTION, "alpha": "much"}, 400, "alpha must be a number"),
     ("/v1/hybrid/search", {"query": QUESTION}, 400, "has no tuned alpha for this model"),
-    ("/v1/msmarco-passage/search", {"query": QUESTION}, 404, "no index 'msmarco-passage'"),
-    ("/v1/msmarco-passage/doc/1", {}, 404, "available: bm25, dense"),
+    ("/v1/msmarco-passage/search", {"query": QUESTION}, 400, "no index 'msmarco-passage'"),
+    ("/v1/msmarco-passage/doc/1", {}, 400, "available: bm25, dense"),
 ])  # fmt: skip
 def test_bad_requests_get_an_error_object(service: ServiceThread, path: str, params: dict, status: int,
                                           message: str) -> None:  # fmt: skip
-    reply = _get(service, path, **params)
+    reply = get(service, path, **params)
     assert reply.status_code == status and set(reply.json()) == {"error"}
     assert message in reply.json()["error"]
 
 
 def test_an_empty_workspace_answers_503(tmp_path: Path) -> None:
     with ServiceThread(create_app(Workspace.resolve(tmp_path / "ws").root, poll_s=0.2)) as empty:
-        reply = _get(empty, "/v1/bm25/search", query=QUESTION)
+        reply = get(empty, "/v1/bm25/search", query=QUESTION)
     assert reply.status_code == 503 and "no index published" in reply.json()["error"]
 
 
@@ -89,5 +84,5 @@ def test_langchain_retriever_over_http(service: ServiceThread) -> None:
     docs = OdqaRetriever(url=service.url, retriever="bm25", k=3).invoke(QUESTION)
     assert len(docs) == 3 and docs[0].metadata["title"] == "Marie Curie" and docs[0].page_content
     assert [d.metadata["rank"] for d in docs] == [1, 2, 3]
-    with pytest.raises(RuntimeError, match="answered 404: no index 'splade'"):
+    with pytest.raises(RuntimeError, match="answered 400: no index 'splade'"):
         OdqaRetriever(url=service.url, retriever="splade").invoke(QUESTION)
