@@ -16,7 +16,7 @@ from ...models.export_st import export_sentence_transformers
 from ...models.retriever import load_retriever
 from ...pipelines.beir_export import write_beir_corpus, write_beir_qrels, write_beir_queries
 from ...storage import Workspace
-from ...storage.model_registry import resolve_model
+from ...storage.model_registry import public_model_name, resolve_model
 from ...storage.passages import PASSAGE_COLUMNS
 from ...storage.questions import load_questions
 from ...storage.reports import Report
@@ -55,7 +55,8 @@ def export_model_flow(model: str, out: str, fmt: str = "sentence-transformers", 
     ws = Workspace.resolve(workspace)
     target = check_folder_target(out, ws.root, option="--out", kind=MODEL_EXPORT, force=force)  # before the work
     retriever = load_retriever(resolve_model(ws, model).path)
-    with export_folder(target, ws.root, option="--out", kind=MODEL_EXPORT, force=force, about={"model": model}) as folder:
+    about = {"model": public_model_name(model).label}  # the folder may be shared: no local path in it
+    with export_folder(target, ws.root, option="--out", kind=MODEL_EXPORT, force=force, about=about) as folder:
         exported = export_sentence_transformers(retriever, folder, model)
     return ExportModelReport(path=str(target), layout=exported.layout, hf_folders=exported.hf_folders,
                              added_weights=exported.added_weights, added_from=exported.added_from)  # fmt: skip
