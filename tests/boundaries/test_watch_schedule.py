@@ -25,7 +25,7 @@ SETTLE_S = 2
 #: How far ahead a scheduled run is put: the server's scheduler makes runs of a new schedule within
 #: ~5 s and skips times already past.
 AHEAD_S = 9
-TIMEOUT_S = 300  # a run takes ~15 s on an idle machine, minutes with several test suites on 2 cores
+TIMEOUT_S = 420  # a run takes ~15 s on an idle machine; 2 cores under load stalled the worker's channel 3 min
 FIRST = [("f1", "The Quellor river floods every spring.", "Quellor"), ("f2", "Morvil is a port.", "Morvil")]
 GROWING = [("g1", "The Eiffel Tower is in Paris.", "Eiffel Tower"), ("g2", "It is 330 metres tall.", "Eiffel Tower")]
 
@@ -143,7 +143,7 @@ def _until_logged(deployment_id, count: int, pattern: str, worker_log: Path) -> 
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(960)  # two waits of TIMEOUT_S, with the set-up
 def test_scheduled_runs_take_a_file_once_complete_and_refuse_a_link(prefect_harness: str, tmp_path: Path) -> None:
     try:
         check_java()
