@@ -64,7 +64,9 @@ def test_writers_refuse_a_folder_holding_other_files(foreign: Path) -> None:
     before = _contents(foreign)
     with pytest.raises(FileNotFoundError, match="is not an odqa workspace and is not empty.*odqa init"):
         Workspace.resolve(foreign)
-    result = _odqa("-w", str(foreign), "import", "passages", "--format", "dpr-tsv", str(foreign / "notes.txt"))
+    passages = foreign.parent / "passages.tsv"  # a good file: the folder, not the file, is refused
+    passages.write_text("id\ttext\ttitle\np1\tParis is in France.\tParis\n", encoding="utf-8")
+    result = _odqa("-w", str(foreign), "import", "passages", "--format", "dpr-tsv", str(passages))
     assert result.exit_code == 1 and "is not an odqa workspace and is not empty" in result.output, result.output
     assert _contents(foreign) == before
 
