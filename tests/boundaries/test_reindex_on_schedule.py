@@ -41,6 +41,20 @@ async def _deployment_id(name: str):
         return (await client.read_deployment_by_name(name)).id
 
 
+async def _delete_deployment(name: str) -> None:
+    """Delete `name` where an earlier test on this session's server deployed it (the browser test
+    quick-runs `reindex`): `prefect deploy` would update it, and its runs would count as ours."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    async with get_client() as client:
+        try:
+            deployment = await client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            return
+        await client.delete_deployment(deployment.id)
+
+
 async def _create_pool() -> None:
     """The process work pool, as `prefect work-pool create --type process` makes it (in process: no CLI start)."""
     from prefect.client.orchestration import get_client
@@ -87,6 +101,7 @@ def test_scheduled_reindex_runs_rebuild_bm25_without_a_model(prefect_harness: st
     os.utime(landed, (settled, settled))
     env = prefect_env(prefect_harness, ws.root) | {"PREFECT_WORKER_QUERY_SECONDS": "1", "ODQA_PROGRESS": "log"}
     asyncio.run(_create_pool())
+    asyncio.run(_delete_deployment("reindex/reindex"))
     worker_log = tmp_path / "worker.log"
     worker = LocalPrefect(prefect_harness, env, start_worker(env, POOL, worker_log))  # it starts while we deploy
     deployment_id = None
