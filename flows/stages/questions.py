@@ -33,7 +33,6 @@ from prefect import flow, task
 
 from ...pipelines.questions.duck import duplicate_ids
 from ...pipelines.questions.imports import (
-    FORMATS,
     ImportedDataset,
     ImportFormatError,
     dedupe_passages,
@@ -61,10 +60,12 @@ from ...pipelines.questions.triples import (
 )
 from ...storage import Workspace
 from ...storage.articles import redirects
+from ...storage.choices import ON_DUPLICATE, QUESTION_FORMATS, OnDuplicate, QuestionFormat, TrexSplits
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import passage_files
 from ...storage.reports import Report
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
 
@@ -186,7 +187,7 @@ def trex_questions_flow(
     relations: list[str] | None = None,
     sample_per_relation: int | None = None,
     seed: int = 0,
-    splits: str = "thesis",
+    splits: TrexSplits = "thesis",
     split: str | None = None,
     size_per_relation: int | None = 10_000,
     analysis_per_relation: int = 300,
@@ -232,7 +233,6 @@ def trex_questions_flow(
         task_retry_delay: Seconds between those task retries.
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
     """
-    log = stage_logger()
     if sum(x is not None for x in (sparql, trex, triples)) != 1:
         raise ValueError("give exactly one fact source: --sparql URL, --trex DIR or --triples FILE")
     if splits not in ("thesis", "none"):
@@ -302,7 +302,7 @@ def trex_questions_flow(
         tx.write("questions", questions, source=source)
         tx.write("metrics", _metric_rows(dataset, source, _trex_figures(result, positives_report), params), source=source)
         tx.report = report.ledger()
-    log.info("%s: %s", stage, report)
+    log_report(stage, report)
     return report
 
 
@@ -320,7 +320,6 @@ def paq_questions_flow(
     workspace: str | None = None,
 ) -> PaqQuestionsReport:
     """The thesis' PAQ sample (one question for each of N passages, 70/15/15) and its flipped rows."""
-    log = stage_logger()
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
     if not source_path.is_file():
@@ -348,7 +347,7 @@ def paq_questions_flow(
         tx.write("flipped", result.flipped, source=stage)
         tx.write("metrics", _metric_rows(dataset, stage, figures, params), source=stage)
         tx.report = report.ledger()
-    log.info("%s: %s", stage, report)
+    log_report(stage, report)
     return report
 
 
@@ -362,7 +361,6 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
     return [path]
 
 
-ON_DUPLICATE = ("refuse", "keep-existing")
 
 
 def trex_stage(dataset: str) -> str:
@@ -401,8 +399,8 @@ def _refuse_duplicate_questions(ws: Workspace, staged: list[Path], source: str, 
 
 @flow(name="import-questions")
 def import_questions_flow(
-    fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
-    replace: bool = False, on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+    fmt: QuestionFormat, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
+    replace: bool = False, on_duplicate: OnDuplicate = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
 ) -> ImportQuestionsReport:  # fmt: skip
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).
 
@@ -424,9 +422,8 @@ def import_questions_flow(
         max_record_bytes: The longest record accepted (a line, a JSON array element, a whole
             SQuAD file); a longer one is refused with its file and line.
     """
-    log = stage_logger()
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt not in QUESTION_FORMATS:
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(QUESTION_FORMATS)}")
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
@@ -450,7 +447,7 @@ def import_questions_flow(
             )
         report = _import_questions(ws, imported, fmt, source_path, dataset, split, stage_fp, memory_limit,
                                    on_duplicate == "keep-existing")  # fmt: skip
-    log.info("%s: %s", source, report)
+    log_report(source, report)
     return report
 
 

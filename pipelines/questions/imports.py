@@ -45,6 +45,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...storage.choices import QUESTION_FORMATS
 from ...storage.ids import check_passage_id, check_question_id
 from .duck import duckdb_session, sql_string
 from .jsonstream import (
@@ -66,7 +67,6 @@ from .rows import (
     unique_in_order,
 )
 
-FORMATS = ("dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir")
 BATCH_ROWS = 10_000
 _EQ_FILE = re.compile(r"^(P\d+)\.[^.]+\.json$")
 csv.field_size_limit(sys.maxsize)  # lines are already bounded by max_record_bytes
@@ -451,11 +451,11 @@ IMPORTERS: dict[str, Callable[[Path, str, str, int], ImportedDataset]] = {
 
 def import_questions(fmt: str, path: Path, dataset: str, split: str,
                      max_record_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:  # fmt: skip
-    """Dispatch on the format name (one of FORMATS); records over ``max_record_bytes`` are refused."""
+    """Dispatch on the format name (one of QUESTION_FORMATS); records over ``max_record_bytes`` are refused."""
     try:
         importer = IMPORTERS[fmt]
     except KeyError:
-        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(QUESTION_FORMATS)}") from None
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     return importer(Path(path), dataset, split, max_record_bytes)
