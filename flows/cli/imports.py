@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .groups import NAME_RULE_HELP, checked_name, import_group, workspace_arg
+from ...storage.choices import QUESTION_FORMATS
+from .groups import NAME_RULE_HELP, ON_DUPLICATE, PASSAGE_FORMATS, checked_name, import_group, workspace_arg
 from .report import echo_report
 
-QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
 
 @import_group.command("passages")
-@click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(PASSAGE_FORMATS), required=True)
 @click.option("--replace", is_flag=True, help="Replace the passages an earlier import of this same file added.")
-@click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
+@click.option("--on-duplicate", type=click.Choice(ON_DUPLICATE), default="refuse", show_default=True,
               help="A passage id another source already holds: refuse the file, or keep the existing row and "
               "skip this file's.")
 @click.option("--max-record-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
@@ -35,12 +35,12 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
 
 
 @import_group.command("questions")
-@click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
+@click.option("--format", "fmt", type=click.Choice(list(QUESTION_FORMATS)), required=True)
 @click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
 @click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
 @click.option("--replace", is_flag=True,
               help="Replace the questions an earlier import of this same file (path) added.")
-@click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
+@click.option("--on-duplicate", type=click.Choice(ON_DUPLICATE), default="refuse", show_default=True,
               help="A question id (or a passage id with another text) another source already holds: refuse the "
               "file, or keep the existing row and skip this file's.")
 @click.option("--max-record-bytes", type=click.IntRange(min=1), default=8 << 20, show_default=True,
