@@ -13,8 +13,9 @@
   if given, and at the end; only the latest is kept. Given the same data, config and seed,
   N steps + resume + N steps equals 2N steps straight through on CPU.
 - Progress (`pipelines.progress`): a bar on a terminal, rate-limited log records off it, with
-  loss, learning rate and examples/s; every `log_every` steps the same figures go to the
-  checkpoint's `log` (the `training_log` table once the model is registered).
+  loss, learning rate and examples/s; at every step a log record shows, every `log_every` steps
+  and at the last one the same figures go to the checkpoint's `log` (the `training_log` table
+  once the model is registered, and the loss curve of the train run's artifact).
 """
 
 from __future__ import annotations
@@ -403,11 +404,13 @@ class Trainer:
                 state["elapsed_s"] = elapsed_before + session_s
                 state["cpu_s"] = cpu_before + time.process_time() - cpu_started
                 rate = seen / max(session_s, 1e-9)
-                if state["step"] % config.log_every == 0 or state["step"] == total:
+                logged = bar.update(1, loss=step_loss, lr=learning_rate, examples_per_s=round(rate, 1), **stats)
+                # The curve holds every step whose loss the run's log shows (the progress record,
+                # the last step's at the end), and every `log_every`-th step.
+                if logged or state["step"] % config.log_every == 0 or state["step"] == end:
                     state["log"].append({"step": state["step"], "loss": step_loss, "lr": learning_rate,
                                          "examples_per_s": rate, "elapsed_s": state["elapsed_s"],
                                          "cpu_s": state["cpu_s"]})  # fmt: skip
-                bar.update(1, loss=step_loss, lr=learning_rate, examples_per_s=round(rate, 1), **stats)
                 done = state["step"] == total
                 if config.snapshot_every and (done or state["step"] % config.snapshot_every == 0):
                     self._snapshot(model, state, context)
