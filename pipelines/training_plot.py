@@ -25,6 +25,7 @@ def training_figure(curve: Sequence[dict[str, Any]], dev_history: Sequence[dict[
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     points = [(entry["step"], entry["loss"]) for entry in curve if entry.get("loss") is not None]
     if not points:
@@ -34,6 +35,7 @@ def training_figure(curve: Sequence[dict[str, Any]], dev_history: Sequence[dict[
     axes.plot([s for s, _ in points], [loss for _, loss in points], color="tab:blue",
               marker="o" if len(points) <= 200 else None, markersize=3, label="training loss")  # fmt: skip
     axes.set_xlabel("optimizer step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     axes.set_ylabel("training loss")
     axes.grid(True, alpha=0.3)
     handles, labels = axes.get_legend_handles_labels()
