@@ -148,9 +148,8 @@ class Progress:
         if self._bar is not None:
             self._bar.set_postfix({k: format_field(v) for k, v in self.fields.items()}, refresh=False)
 
-    def update(self, n: int = 1, **fields: Any) -> bool:
-        """Advance by ``n`` units; off a terminal, log when the interval has passed. Returns whether
-        a record was logged (training keeps the loss of every step its log shows)."""
+    def update(self, n: int = 1, **fields: Any) -> None:
+        """Advance by ``n`` units; off a terminal, log when the interval has passed."""
         self.n += n
         if fields:
             self.set_fields(**fields)
@@ -160,8 +159,6 @@ class Progress:
             now = time.monotonic()
             if now - self.last_logged >= self.interval:
                 self._log(now)
-                return True
-        return False
 
     def close(self, failed: bool = False) -> None:
         """End the loop: the bar closes, off a terminal one final record (``done`` or ``stopped``)."""

@@ -87,9 +87,9 @@ def training_markdown(model_id: str, dev: str | None, best: dict[str, Any], curv
         png = render_training_plot(curve, history, f"{model_id}: training loss{' and dev R@K' if history else ''} by step")
         parts.append(embedded_image(f"{model_id} loss curve", "image/png", png))
         shown = ", ".join(map(str, steps)) if len(steps) <= LISTED_STEPS else f"{steps[0]} to {steps[-1]}"
-        parts.append(f"Training loss at {len(steps)} logged step{'s' if len(steps) != 1 else ''} ({shown}): every "
-                     f"step the run's log shows a loss for; all of them: `odqa sql \"SELECT step, loss FROM "
-                     f"training_log WHERE model_id = '{model_id}' ORDER BY step\"`.")  # fmt: skip
+        parts.append(f"Training loss at {len(steps)} logged step{'s' if len(steps) != 1 else ''} ({shown}), so at "
+                     f"every loss the run's log shows; the figures: `odqa sql \"SELECT step, loss FROM training_log "
+                     f"WHERE model_id = '{model_id}' ORDER BY step\"`.")  # fmt: skip
     else:
         parts.append("No loss was logged (no optimizer step ran).")
     return "\n\n".join(parts) + "\n"
