@@ -108,12 +108,16 @@ def _free_text(prop: dict[str, Any]) -> bool:
 
 
 def _named(values: set[str], text: str) -> set[str]:
+    """The values `text` names outside parenthetical remarks (`a question id (or a passage id)`
+    mentions passages in passing, it does not offer them)."""
+    while (shorter := re.sub(r"\([^()]*\)", "", text)) != text:
+        text = shorter
     return {value for value in values if re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text)}
 
 
 def test_a_parameter_whose_description_lists_its_values_is_a_dropdown() -> None:
     """A free-text field whose description names every value of one of the project's choice
-    lists (`fmt: dpr-tsv or beir`) is an enumeration typed as text: it must be a `Literal`."""
+    lists (`fmt: dpr-tsv (...) or beir (...)`) is an enumeration typed as text: it must be a `Literal`."""
     choice_lists = _choice_lists()
     free_text = []
     for deployment in _deployments():
