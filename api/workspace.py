@@ -88,8 +88,8 @@ class Workspace:
         table; nothing is written. `ks` defaults to odqa's cut-offs, `match` as `--match`."""
         # The verb's own scoring; it imports Prefect's library (and starts nothing).
         from ..flows.stages.evaluate import score_run
-        from ..pipelines.evaluation.answers import MATCH_CHOICES
         from ..pipelines.evaluation.metrics import DEFAULT_KS, metrics_table
+        from ..storage.choices import MATCH_CHOICES
 
         cutoffs = tuple(sorted(set(ks or DEFAULT_KS)))
         if cutoffs[0] < 1:

@@ -13,8 +13,9 @@
   if given, and at the end; only the latest is kept. Given the same data, config and seed,
   N steps + resume + N steps equals 2N steps straight through on CPU.
 - Progress (`pipelines.progress`): a bar on a terminal, rate-limited log records off it, with
-  loss, learning rate and examples/s; every `log_every` steps the same figures go to the
-  checkpoint's `log` (the `training_log` table once the model is registered).
+  loss, learning rate and examples/s; at every step the same figures go to the checkpoint's
+  `log` (the `training_log` table once the model is registered, and the loss curve of the train
+  run's artifact), so every loss the run's log shows is a point of that curve.
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ class TrainingConfig(TrainSettings):
     checkpoint_every: int | None = None  # steps; default: eval_every (besides the time-based ones)
     select_metric: str = "R@20"
     device: str | None = None
-    log_every: int = 10
     progress: bool = True
 
 
@@ -358,7 +358,7 @@ class Trainer:
             "position": 0,
             "best": None,
             "dev_history": [],
-            "log": [],  # one entry per logged step: step, loss, lr, examples_per_s, elapsed_s
+            "log": [],  # one entry per step: step, loss, lr, examples_per_s, elapsed_s, cpu_s
             "elapsed_s": 0.0,  # training wall time over all sessions (resumes included)
             "cpu_s": 0.0,  # training process CPU time (user + system) over all sessions
             "total_steps": total,
@@ -403,10 +403,10 @@ class Trainer:
                 state["elapsed_s"] = elapsed_before + session_s
                 state["cpu_s"] = cpu_before + time.process_time() - cpu_started
                 rate = seen / max(session_s, 1e-9)
-                if state["step"] % config.log_every == 0 or state["step"] == total:
-                    state["log"].append({"step": state["step"], "loss": step_loss, "lr": learning_rate,
-                                         "examples_per_s": rate, "elapsed_s": state["elapsed_s"],
-                                         "cpu_s": state["cpu_s"]})  # fmt: skip
+                # every step: so the curve holds each loss a progress record (or a bar) showed
+                state["log"].append({"step": state["step"], "loss": step_loss, "lr": learning_rate,
+                                     "examples_per_s": rate, "elapsed_s": state["elapsed_s"],
+                                     "cpu_s": state["cpu_s"]})  # fmt: skip
                 bar.update(1, loss=step_loss, lr=learning_rate, examples_per_s=round(rate, 1), **stats)
                 done = state["step"] == total
                 if config.snapshot_every and (done or state["step"] % config.snapshot_every == 0):

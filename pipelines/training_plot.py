@@ -18,22 +18,24 @@ def recall_keys(history: Sequence[dict[str, Any]]) -> list[str]:
     return sorted(keys, key=lambda key: int(key[2:]))
 
 
-def render_training_plot(curve: Sequence[dict[str, Any]], dev_history: Sequence[dict[str, Any]],
-                         title: str) -> bytes:  # fmt: skip
-    """PNG of training loss against step and, on a second axis, each dev R@K against step."""
+def training_figure(curve: Sequence[dict[str, Any]], dev_history: Sequence[dict[str, Any]], title: str) -> Any:
+    """The matplotlib Figure of training loss against step (one marker per logged step) and, on
+    a second axis, each dev R@K against step; the legend sits below the axes, never on the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     points = [(entry["step"], entry["loss"]) for entry in curve if entry.get("loss") is not None]
     if not points:
         raise ValueError("the training log has no loss to plot")
-    figure = Figure(figsize=(6.4, 4.2), dpi=120)
+    figure = Figure(figsize=(6.4, 4.6), dpi=120, layout="constrained")
     axes = figure.subplots()
-    axes.plot([s for s, _ in points], [loss for _, loss in points], color="tab:blue", marker="." if len(points) < 30
-              else None, label="training loss")  # fmt: skip
+    axes.plot([s for s, _ in points], [loss for _, loss in points], color="tab:blue",
+              marker="o" if len(points) <= 200 else None, markersize=3, label="training loss")  # fmt: skip
     axes.set_xlabel("optimizer step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     axes.set_ylabel("training loss")
     axes.grid(True, alpha=0.3)
     handles, labels = axes.get_legend_handles_labels()
@@ -47,9 +49,14 @@ def render_training_plot(curve: Sequence[dict[str, Any]], dev_history: Sequence[
         recall.set_ylim(0, 100)
         more_handles, more_labels = recall.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
-    axes.legend(handles, labels, loc="best", fontsize="small")
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), fontsize="small")
     axes.set_title(title)
-    figure.tight_layout()
+    return figure
+
+
+def render_training_plot(curve: Sequence[dict[str, Any]], dev_history: Sequence[dict[str, Any]],
+                         title: str) -> bytes:  # fmt: skip
+    """PNG of `training_figure`."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    training_figure(curve, dev_history, title).savefig(buffer, format="png")
     return buffer.getvalue()

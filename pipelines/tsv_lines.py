@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import csv
 import sys
-from typing import Literal, cast
+from typing import cast
 
-Quoting = Literal["csv", "none"]
-QUOTINGS: tuple[Quoting, ...] = ("csv", "none")
+from ..storage.choices import QUOTINGS, Quoting
+
 # The formats with a tab-separated file, which `quoting` applies to.
 TSV_PASSAGE_FORMATS = ("dpr-tsv",)
 TSV_QUESTION_FORMATS = ("dpr-qas", "beir")  # beir: its qrels

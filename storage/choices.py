@@ -14,3 +14,27 @@ INDEX_TYPES: tuple[IndexType, ...] = get_args(IndexType)
 
 RetrieverKind = Literal["bm25", "dense", "hybrid"]  # what a searcher answers with
 RETRIEVER_KINDS: tuple[RetrieverKind, ...] = get_args(RetrieverKind)
+
+PassageFormat = Literal["dpr-tsv", "beir"]  # a passage corpus: DPR's psgs_w100.tsv, a BEIR corpus.jsonl
+PASSAGE_FORMATS: tuple[PassageFormat, ...] = get_args(PassageFormat)
+
+QuestionFormat = Literal["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]  # a QA set
+QUESTION_FORMATS: tuple[QuestionFormat, ...] = get_args(QuestionFormat)
+
+OnDuplicate = Literal["refuse", "keep-existing"]  # an id another source already holds
+ON_DUPLICATE: tuple[OnDuplicate, ...] = get_args(OnDuplicate)
+
+AnswerMatch = Literal["auto", "string", "regex"]  # how an answer matches a passage (auto: by dataset)
+MATCH_CHOICES: tuple[AnswerMatch, ...] = get_args(AnswerMatch)
+
+TrexSplits = Literal["thesis", "none"]  # template questions: the thesis' splits, or one split
+TREX_SPLITS: tuple[TrexSplits, ...] = get_args(TrexSplits)
+
+TrainingMode = Literal["single-set", "multi-set"]  # later rounds: BM25 plus mined negatives, or mined only
+TRAINING_MODES: tuple[TrainingMode, ...] = get_args(TrainingMode)
+
+Precision = Literal["auto", "fp32", "bf16", "fp16"]  # the compute precision of encoding
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+Quoting = Literal["csv", "none"]  # a tab-separated line: split as csv.reader does, or at tabs only
+QUOTINGS: tuple[Quoting, ...] = get_args(Quoting)

@@ -614,6 +614,15 @@ def clear_foreground(workspace: Path) -> None:
             ServerPaths(workspace).foreground.unlink(missing_ok=True)
 
 
+def server_stops_too(workspace: Path) -> bool:
+    """In `./run server`: whether the stop it got comes from `./run server stop`, which stops the
+    workspace's server after it (`stop_foreground` marks this process's record first)."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(ServerPaths(workspace).foreground.read_text(encoding="utf-8"))
+        return data.get("pid") == os.getpid() and bool(data.get("server_stops_too"))
+    return False
+
+
 def foreground_running(workspace: Path) -> dict | None:
     """``{"pid", "worker_pid", "started"}`` of the workspace's `./run server` while it (or its
     worker) is alive; None otherwise."""
@@ -627,12 +636,15 @@ def foreground_running(workspace: Path) -> dict | None:
 
 def stop_foreground(workspace: Path, timeout: float = 15.0) -> int | None:
     """SIGTERM the workspace's `./run server` (which stops its worker), then kill a worker still
-    left; the pid of the `./run server` stopped, or None when none ran."""
+    left; the pid of the `./run server` stopped, or None when none ran. The record says first
+    that the server stops too (`server_stops_too`), so `./run server` does not tell its user the
+    server keeps running."""
     data = foreground_running(workspace)
     if data is None:
         return None
     pid, worker = int(data["pid"]), int(data["worker_pid"])
     if pid != os.getpid():
+        atomic_write_json(ServerPaths(workspace).foreground, {**data, "server_stops_too": True})
         terminate(pid, timeout=timeout)
     if process_alive(worker):
         with contextlib.suppress(ProcessLookupError, PermissionError):

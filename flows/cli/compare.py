@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .groups import MATCH_HELP, main, parse_cutoffs, workspace_arg
+from .groups import MATCH_CHOICES, MATCH_HELP, main, parse_cutoffs, workspace_arg
 
 
 @main.command("compare")
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--k", "ks", default="1,5,20,100", show_default=True, help="Cut-offs for R@K, comma-separated.")
-@click.option("--match", type=click.Choice(["auto", "string", "regex"]), default="auto", show_default=True,
+@click.option("--match", type=click.Choice(MATCH_CHOICES), default="auto", show_default=True,
               help=MATCH_HELP)  # fmt: skip
 @click.option(
     "--alpha", type=float, default=0.05, show_default=True, help="Significance level after correction."

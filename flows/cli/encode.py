@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ...storage.choices import PRECISIONS
 from .groups import MODEL_HELP, main, workspace_arg
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
@@ -17,7 +18,7 @@ from .runner_options import runner_options, runner_settings
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help="Stored vector type.")  # fmt: skip
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+@click.option("--precision", type=click.Choice(list(PRECISIONS)), default="auto", show_default=True,
               help="Compute precision (auto: bf16/fp16 on GPU, fp32 on CPU).")  # fmt: skip
 @runner_options
 @click.pass_context

@@ -59,7 +59,8 @@ def _echo(report: Any) -> None:
 @experiment_group.command("dual-encoders")
 @click.option("--archs", default="sde,ade,ade-ste,ade-fte,ade-spl,taser", show_default=True,
               help="Architectures to compare, comma-separated.")  # fmt: skip
-@click.option("--reference", default="sde", show_default=True, help="The arch every other one is tested against.")
+@click.option("--reference", type=click.Choice(CHECKPOINT_ARCHS), default="sde", show_default=True,
+              help="The arch every other one is tested against.")
 @click.option("--name", default="dual-encoders", show_default=True,
               help="Experiment name (models are NAME-<arch>-round<r>; metrics run experiment:NAME).")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,

@@ -214,7 +214,7 @@ def export_group() -> None:
 
 @main.group("questions")
 def questions_group() -> None:
-    """Build question datasets: template questions from Wikidata facts, PAQ samples."""
+    """Build question datasets: template questions from Wikidata facts, PAQ samples, held-out training questions."""
 
 
 @main.group("label")
@@ -251,6 +251,10 @@ def plot_group() -> None:
 MODEL_HELP = "Model id of the models table, or a Hugging Face name / model folder."
 INDEX_TYPES = list(choices.INDEX_TYPES)
 RETRIEVER_CHOICES = list(choices.RETRIEVER_KINDS)
+MATCH_CHOICES = list(choices.MATCH_CHOICES)
+ON_DUPLICATE = list(choices.ON_DUPLICATE)
+TRAINING_MODES = list(choices.TRAINING_MODES)
+PASSAGE_FORMATS = list(choices.PASSAGE_FORMATS)
 MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
 
 

@@ -7,10 +7,10 @@ from typing import Any
 import click
 
 from ...pipelines.tsv_lines import TSV_PASSAGE_FORMATS, TSV_QUESTION_FORMATS, check_quoting
-from .groups import NAME_RULE_HELP, checked_name, import_group, workspace_arg
+from ...storage.choices import QUESTION_FORMATS
+from .groups import NAME_RULE_HELP, ON_DUPLICATE, PASSAGE_FORMATS, checked_name, import_group, workspace_arg
 from .report import echo_report
 
-QUESTION_FORMATS = ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"]
 QUOTING_HELP = ("How a tab-separated line is split: csv reads it as DPR's csv.reader does (a field that starts with "
                 "a quote is csv-quoted); none splits it at tabs only, quotes being text, for a file not written "
                 "with csv quoting.")  # fmt: skip
@@ -46,9 +46,9 @@ def _run_head(params: dict[str, Any]) -> None:
 
 
 @import_group.command("passages", precheck=_passages_head)
-@click.option("--format", "fmt", type=click.Choice(["dpr-tsv", "beir"]), required=True)
+@click.option("--format", "fmt", type=click.Choice(PASSAGE_FORMATS), required=True)
 @click.option("--replace", is_flag=True, help="Replace the passages an earlier import of this same file added.")
-@click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
+@click.option("--on-duplicate", type=click.Choice(ON_DUPLICATE), default="refuse", show_default=True,
               help="A passage id another source already holds: refuse the file, or keep the existing row and "
               "skip this file's.")
 @click.option("--max-record-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
@@ -74,12 +74,12 @@ def import_passages(ctx: click.Context, fmt: str, replace: bool, on_duplicate: s
 
 
 @import_group.command("questions", precheck=_questions_head)
-@click.option("--format", "fmt", type=click.Choice(QUESTION_FORMATS), required=True)
+@click.option("--format", "fmt", type=click.Choice(list(QUESTION_FORMATS)), required=True)
 @click.option("--dataset", required=True, help="Dataset name, e.g. nq, trivia, squad, scifact.")
 @click.option("--split", required=True, help="Split name, e.g. train, dev, test.")
 @click.option("--replace", is_flag=True,
               help="Replace the questions an earlier import of this same file (path) added.")
-@click.option("--on-duplicate", type=click.Choice(["refuse", "keep-existing"]), default="refuse", show_default=True,
+@click.option("--on-duplicate", type=click.Choice(ON_DUPLICATE), default="refuse", show_default=True,
               help="A question id (or a passage id with another text) another source already holds: refuse the "
               "file, or keep the existing row and skip this file's.")
 @click.option("--max-record-bytes", type=click.IntRange(min=1), default=8 << 20, show_default=True,

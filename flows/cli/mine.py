@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import INDEX_TYPES, MODEL_HELP, main, passages_per_question, workspace_arg
+from .groups import INDEX_TYPES, MODEL_HELP, TRAINING_MODES, main, passages_per_question, workspace_arg
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
 
@@ -13,7 +13,7 @@ from .runner_options import runner_options, runner_settings
 @click.option("--model", required=True, help=MODEL_HELP)
 @click.option("--dataset", required=True)
 @click.option("--split", required=True)
-@click.option("--mode", type=click.Choice(["single-set", "multi-set"]), default="single-set", show_default=True,
+@click.option("--mode", type=click.Choice(TRAINING_MODES), default="single-set", show_default=True,
               help="single-set: new negatives = BM25 P1 u mined P2; multi-set: P2 only (TASER).")  # fmt: skip
 @click.option("--depth", type=int, default=100, show_default=True, callback=passages_per_question,
               help="Passages retrieved.")

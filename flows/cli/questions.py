@@ -1,9 +1,11 @@
-"""`odqa questions trex|paq`: template questions from Wikidata facts, PAQ samples."""
+"""`odqa questions trex|paq|holdout`: template questions from Wikidata facts, PAQ samples, held-out
+training questions."""
 
 from __future__ import annotations
 
 import click
 
+from ...storage.choices import TREX_SPLITS
 from .groups import questions_group, workspace_arg
 from .report import echo_report
 
@@ -21,7 +23,7 @@ WIKIDATA = "https://query.wikidata.org/sparql"
 @click.option("--sample-per-relation", type=int, default=None,
               help="Facts per relation, deterministic under --seed (default: all from files, 20000 from SPARQL).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--splits", type=click.Choice(["thesis", "none"]), default="thesis", show_default=True,
+@click.option("--splits", type=click.Choice(list(TREX_SPLITS)), default="thesis", show_default=True,
               help="thesis: seen relations 80/10/10, unseen relations 10% test_unseen, 4 analysis sets.")
 @click.option("--split", default=None, help="With --splits none: the one split every question goes to.")
 @click.option("--size-per-relation", type=int, default=10_000, show_default=True,
@@ -69,3 +71,23 @@ def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, se
                                 negatives=negatives, memory_limit=memory_limit, workspace=workspace_arg(ctx))
     echo_report("questions paq", report)
 
+
+
+@questions_group.command("holdout")
+@click.option("--dataset", required=True, help="Dataset of the training questions.")
+@click.option("--split", required=True, help="The training split, e.g. train (it stays as it was).")
+@click.option("--fraction", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
+              show_default=True, help="Share of the questions held out; the rest are trained on.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Which questions are held out (with their ids).")
+@click.option("--fit-split", default=None, help="Name of the split trained on (default: SPLIT-fit).")
+@click.option("--tune-split", default=None, help="Name of the held-out split (default: SPLIT-tune).")
+@click.pass_context
+def questions_holdout(ctx: click.Context, dataset: str, split: str, fraction: float, seed: int, fit_split: str | None,
+                      tune_split: str | None) -> None:  # fmt: skip
+    """Hold out a share of a training split to tune on (the hybrid's alpha: odqa tune-hybrid --dev
+    DATASET:SPLIT-tune), train on the rest (DATASET:SPLIT-fit), as odqa train-rounds does."""
+    from ..stages.holdout import holdout_flow
+
+    report = holdout_flow(dataset=dataset, split=split, fraction=fraction, seed=seed, fit_split=fit_split,
+                          tune_split=tune_split, workspace=workspace_arg(ctx))  # fmt: skip
+    echo_report("questions holdout", report)

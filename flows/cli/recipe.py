@@ -12,7 +12,15 @@ import click
 
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings, TrainSettings
-from .groups import INDEX_TYPES, NAME_RULE_HELP, checked_name, main, parse_cutoffs, workspace_arg
+from .groups import (
+    INDEX_TYPES,
+    NAME_RULE_HELP,
+    TRAINING_MODES,
+    checked_name,
+    main,
+    parse_cutoffs,
+    workspace_arg,
+)
 from .settings_options import settings_from, settings_options
 
 RECIPE_OPTIONS = [
@@ -22,7 +30,7 @@ RECIPE_OPTIONS = [
     click.option("--evaluate", "eval_sets", required=True, multiple=True, metavar="NAME:SPLIT",
                  help="Questions every model is evaluated on (repeatable; never trained or tuned on)."),
     settings_options(TrainSettings),
-    click.option("--mode", type=click.Choice(["single-set", "multi-set"]), default="single-set", show_default=True,
+    click.option("--mode", type=click.Choice(TRAINING_MODES), default="single-set", show_default=True,
                  help="Rounds after the first train on P1 u P_r (single-set) or P_r (multi-set)."),
     click.option("--bm25-negatives", type=click.IntRange(min=1, max=30), default=1, show_default=True,
                  help="BM25 hard negatives per question (P1)."),
@@ -86,10 +94,7 @@ def train_rounds(ctx: click.Context, model_id: str, rounds: int, holdout: float,
     retriever = settings_from(RetrieverSettings, {**options, "base": arguments.pop("base")})
     report = train_rounds_flow(retriever=retriever, model_id=model_id, rounds=rounds, holdout=holdout, hybrid=hybrid,
                                workspace=workspace_arg(ctx), **arguments)  # fmt: skip
-    click.echo(f"train-rounds {model_id}: {len(report.rounds)} rounds, final model {report.model_id} "
-               f"({report.parameters:,} parameters)")  # fmt: skip
-    if report.alpha is not None:
-        click.echo(f"hybrid alpha {report.alpha:g}, tuned on held-out {', '.join(report.tuned_on)}")
+    click.echo("\n".join(report.headline(model_id)))
     echo_scores([{"retriever": s.retriever, "questions": f"{s.dataset}/{s.split}", "run": s.run,
                   **{m: f"{v:.3f}" for m, v in s.recall.items()}} for s in report.final])  # fmt: skip
     click.echo(f"every round's figures: odqa sql \"SELECT * FROM metrics WHERE run = '{RECIPE}:{model_id}'\"")

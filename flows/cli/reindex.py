@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..compositions.incoming import SETTLE_SECONDS
-from .groups import INDEX_TYPES, MODEL_HELP, main, workspace_arg
+from .groups import INDEX_TYPES, MODEL_HELP, PASSAGE_FORMATS, main, workspace_arg
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
 
@@ -15,7 +15,7 @@ from .runner_options import runner_options, runner_settings
               help="A new MediaWiki XML dump (.xml/.xml.bz2); only changed pages are cleaned again.")
 @click.option("--passages", type=click.Path(exists=True), default=None,
               help="A passages file (or BEIR folder) to import; re-importing a file replaces its rows.")
-@click.option("--format", "passages_format", type=click.Choice(["dpr-tsv", "beir"]), default="dpr-tsv",
+@click.option("--format", "passages_format", type=click.Choice(PASSAGE_FORMATS), default="dpr-tsv",
               show_default=True, help="Format of --passages.")
 @click.option("--model", default=None,
               help="A model to encode with, named as the new default: pinned, and kept by every later re-index "

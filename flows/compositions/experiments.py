@@ -25,9 +25,8 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from ...models.config import Routing
+from ...models.config import CheckpointArch, Routing
 from ...models.settings import RetrieverSettings, TrainSettings
-from ...pipelines.dense.mining import TrainingMode
 from ...pipelines.evaluation.experiment_table import (
     SIGNIFICANT_MARK,
     Comparison,
@@ -44,7 +43,7 @@ from ...pipelines.evaluation.experiment_table import (
 from ...pipelines.evaluation.metrics import DEFAULT_KS
 from ...storage import Workspace
 from ...storage.atomic import atomic_write_bytes
-from ...storage.choices import IndexType
+from ...storage.choices import IndexType, TrainingMode
 from ...storage.experiments import experiment_model, experiment_plot, experiment_stage
 from ...storage.fingerprint import fingerprint
 from ..plumbing.artifacts import publish_table
@@ -154,7 +153,7 @@ def dual_encoders_experiment_flow(
     evaluate: list[str],
     budget: Budget,
     archs: list[str] | None = None,
-    reference: str = "sde",
+    reference: CheckpointArch = "sde",
     name: str = "dual-encoders",
     rounds: int = 1,
     ks: list[int] | None = None,

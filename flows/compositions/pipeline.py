@@ -38,10 +38,11 @@ from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.states import State
 from pydantic import BaseModel, Field, model_validator
 
+from ...models.config import Arch
 from ...models.settings import TrainSettings
 from ...pipelines.questions.specs import DatasetSpec
 from ...storage import Workspace
-from ...storage.choices import IndexType
+from ...storage.choices import IndexType, PassageFormat, QuestionFormat, TrainingMode
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.index_layout import IndexLayout
 from ...storage.metrics import recall_table
@@ -88,12 +89,12 @@ def default_base_model() -> str:
 
 
 class PassageImport(BaseModel):
-    format: str = Field(description="dpr-tsv or beir")
+    format: PassageFormat = Field(description="dpr-tsv or beir")
     path: str = Field(description="Passage file (DPR psgs_w100.tsv) or BEIR folder")
 
 
 class QuestionImport(BaseModel):
-    format: str = Field(description="dpr-qas, dpr-json, nq-open, entityquestions, squad or beir")
+    format: QuestionFormat = Field(description="dpr-qas, dpr-json, nq-open, entityquestions, squad or beir")
     path: str = Field(description="File or folder to import")
     dataset: str = Field(description="Dataset name in the questions table")
     split: str = Field(description="Split name, e.g. train, dev, test")
@@ -144,16 +145,16 @@ class TrainingSettings(BaseModel):
     """Which retrievers to train, on what, and the mining round between; how each model trains is
     `settings`, the `train` flow's own settings (so a training option is declared once)."""
 
-    archs: list[str] = Field(default_factory=lambda: ["dpr", "taser", "desire-me"],
+    archs: list[Arch] = Field(default_factory=lambda: ["dpr", "taser", "desire-me"],
                              description="Architectures of the final models (dpr, sde, ade-*, taser, desire-me, ...)")
     base: str = Field(default_factory=default_base_model, description="Starting checkpoint (HF name or folder)")
     train: list[str] = Field(default_factory=lambda: ["trex:train"], description="Training sets NAME:SPLIT[:WEIGHT]")
     dev: str | None = Field(default="trex:dev", description="Dev set NAME:SPLIT (best checkpoint, hybrid alpha)")
     bm25_negatives: int = Field(default=1, ge=1, le=30, description="BM25 hard negatives stored per question (P1)")
-    mine_with: str = Field(default="dpr", description="Architecture of the round-1 model that mines P2")
+    mine_with: Arch = Field(default="dpr", description="Architecture of the round-1 model that mines P2")
     mine_count: int = Field(default=30, ge=1, description="Mined negatives kept per question")
     mine_depth: int = Field(default=100, ge=1, description="Depth of the retrieval that mining looks at")
-    mining_mode: str = Field(default="single-set", description="single-set (P1 u P2) or multi-set (P2 only)")
+    mining_mode: TrainingMode = Field(default="single-set", description="single-set (P1 u P2) or multi-set (P2 only)")
     gpus: int = Field(default=1, ge=1, description="GPUs per training run (torchrun when > 1)")
     settings: TrainSettings = Field(default_factory=lambda: TrainSettings(**PIPELINE_BUDGET),
                                     description="How every model trains: steps, batch, learning rate, precision, ...")
@@ -180,7 +181,7 @@ class EvaluationSettings(BaseModel):
     ks: list[int] = Field(default_factory=lambda: list(DEFAULT_KS), description="Cut-offs of R@K")
     k: int = Field(default=100, ge=1, description="Passages retrieved per question")
     zero_shot: bool = Field(default=True, description="Also evaluate the untrained base checkpoint")
-    hybrid_with: str | None = Field(default="dpr", description="Architecture fused with BM25 (none: no hybrid)")
+    hybrid_with: Arch | None = Field(default="dpr", description="Architecture fused with BM25 (none: no hybrid)")
     index_type: IndexType = Field(default="flat", description="FAISS index type: flat, hnsw or ivfpq")
 
 

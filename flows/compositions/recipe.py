@@ -35,13 +35,12 @@ from prefect import flow, task
 
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings, TrainSettings
-from ...pipelines.dense.mining import TrainingMode
 from ...pipelines.evaluation.experiment_table import k_order
 from ...pipelines.evaluation.metrics import DEFAULT_KS
 from ...pipelines.questions.holdout import split_holdout
 from ...pipelines.questions.specs import DatasetSpec
 from ...storage import Workspace
-from ...storage.choices import IndexType
+from ...storage.choices import IndexType, TrainingMode
 from ...storage.experiments import (
     RECIPE,
     final_stage,
@@ -145,6 +144,18 @@ class RecipeReport:
     def runs(self, retriever: str) -> dict[tuple[str, str], str]:
         """(dataset, split) -> run name of one retriever of the recipe's end."""
         return {(s.dataset, s.split): s.run for s in self.final if s.retriever == retriever}
+
+    def headline(self, name: str) -> list[str]:
+        """What recipe `name` made, in words (the command line prints these, the run's log ends with them)."""
+        lines = [f"train-rounds {name}: {len(self.rounds)} rounds, final model {self.model_id} ({self.parameters:,} parameters)"]
+        if self.alpha is not None:
+            lines.append(f"hybrid alpha {self.alpha:g}, tuned on held-out {', '.join(self.tuned_on)}")
+        return lines
+
+    def score_lines(self) -> list[str]:
+        """One line per retriever and evaluation set: its run and R@K."""
+        return [f"{s.retriever} on {s.dataset}/{s.split} (run {s.run}): "
+                + " ".join(f"{metric} {value:.3f}" for metric, value in s.recall.items()) for s in self.final]  # fmt: skip
 
 
 # --- the held-out copies -----------------------------------------------------------------------
@@ -438,7 +449,7 @@ def train_rounds_flow(
         tell("%s", round_line(report, rounds))
     alpha, tuned_on, final = _finish(plan, reports[-1], hybrid, bm25, tune_k)
     result = RecipeReport(reports[-1].model_id, retriever.arch, reports[-1].parameters, splits, reports, alpha, tuned_on, final)
-    log.info("train-rounds %s: %s", model_id, asdict(result))
+    log.info("%s", "\n".join(result.headline(model_id) + result.score_lines()))
     return result
 
 

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 from prefect import flow
 
 from ...storage import Workspace
-from ...storage.choices import IndexType
+from ...storage.choices import IndexType, PassageFormat
 from ...storage.metrics import metric_rows, numeric_figures
 from ...storage.model_registry import ModelRef
 from ...storage.passages import require_passages
@@ -46,6 +46,7 @@ from ...storage.releases import reindex_lock
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
 from ..plumbing.publish import publish_indexes
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs, stage_logger
 from ..plumbing.task_runners import RunnerSettings
 from ..stages.bm25 import build_bm25
@@ -126,7 +127,7 @@ def reindex_flow(
     workspace: str | None = None,
     dump: str | None = None,
     passages: str | None = None,
-    passages_format: str = "dpr-tsv",
+    passages_format: PassageFormat = "dpr-tsv",
     model: str | None = None,
     watch: str | None = None,
     index_type: IndexType = "flat",
@@ -231,9 +232,10 @@ def reindex_flow(
             tx.report = report.ledger()
         publish_table(f"reindex-{release.release}", f"Re-index {release.release}",
                       [{"figure": k, "value": v} for k, v in figures.items()])  # fmt: skip
-        log.info("re-index %s published (%s); pruned old releases: %s", release.release, figures,
-                 published.pruned_releases or "none")  # fmt: skip
+        log.info("re-index %s published; pruned old releases: %s", release.release,
+                 ", ".join(published.pruned_releases) or "none")  # fmt: skip
     else:
         log.info("nothing changed: release %s already serves passages %s with these indexes (no-op)",
                  release.release, version)  # fmt: skip
+    log_report(f"reindex {release.release}", report)
     return report

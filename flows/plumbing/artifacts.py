@@ -18,7 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .report_text import applicable, format_value
+
 EMBED_MAX_BYTES = 2_000_000
+LISTED_STEPS = 12  # a loss curve of up to this many logged steps names each of them under the plot
 IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg"}
 
 
@@ -78,10 +81,15 @@ def training_markdown(model_id: str, dev: str | None, best: dict[str, Any], curv
                                  "| " + " | ".join(f"{best['metrics'][k]:.4f}" for k in keys) + " |"]))  # fmt: skip
     else:
         parts.append("Dev R@K: none, `dev` was empty (no dev evaluation).")
-    if any(entry.get("loss") is not None for entry in curve):
+    steps = [entry["step"] for entry in curve if entry.get("loss") is not None]
+    if steps:
         history = dev_history if dev else []
         png = render_training_plot(curve, history, f"{model_id}: training loss{' and dev R@K' if history else ''} by step")
         parts.append(embedded_image(f"{model_id} loss curve", "image/png", png))
+        shown = ", ".join(map(str, steps)) if len(steps) <= LISTED_STEPS else f"{steps[0]} to {steps[-1]}"
+        parts.append(f"Training loss at {len(steps)} logged step{'s' if len(steps) != 1 else ''} ({shown}), so at "
+                     f"every loss the run's log shows; the figures: `odqa sql \"SELECT step, loss FROM training_log "
+                     f"WHERE model_id = '{model_id}' ORDER BY step\"`.")  # fmt: skip
     else:
         parts.append("No loss was logged (no optimizer step ran).")
     return "\n\n".join(parts) + "\n"
@@ -105,6 +113,11 @@ def publish_evaluation(run: str, plot: str | None, rows: list[dict[str, Any]]) -
 
 
 def _cell(value: Any) -> Any:
+    """A table cell as the reports show it (`flows.plumbing.report_text`): numbers as numbers,
+    nested values as compact JSON of what applies, an empty cell for what does not."""
     if isinstance(value, float):
         return round(value, 4)
-    return value if isinstance(value, (int, str, bool)) or value is None else str(value)
+    if isinstance(value, (int, str, bool)):
+        return value
+    shown = applicable(value)
+    return "" if shown is None else format_value(shown)

@@ -40,6 +40,7 @@ from ..backend.local_server import (
     read_record,
     reset_server,
     running_server,
+    server_stops_too,
     stop_command,
     stop_server,
     temporary_server,
@@ -220,9 +221,9 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
         if auth is not None:
             print(f"odqa server: the API requires its auth string (ODQA_PREFECT_AUTH); the UI asks for it once: "
                   f"the contents of {ServerPaths(workspace).home / AUTH_FILE}", flush=True)  # fmt: skip
-        print("odqa server: Ctrl-C (or SIGTERM, SIGHUP) stops the worker; the server keeps running for CLI calls "
-              "and the UI until `./run server stop`, or until idle for an hour ($ODQA_PREFECT_IDLE_S) after this "
-              "stops", flush=True)  # fmt: skip
+        print("odqa server: Ctrl-C (or SIGTERM, SIGHUP) stops the worker and leaves the server to CLI calls and the "
+              "UI (it stops when idle for an hour, $ODQA_PREFECT_IDLE_S); `./run server stop` stops both",
+              flush=True)  # fmt: skip
         identity = folder_identity(workspace)
         while worker.poll() is None:
             time.sleep(1)
@@ -236,8 +237,12 @@ def serve(workspace: Path, port: int | None, pool: str, deploy: bool) -> int:
         for stop_signal in STOP_SIGNALS:  # a second signal must not cut the stop short
             signal.signal(stop_signal, signal.SIG_IGN)
         running.stop_worker()
-        print(f"\nodqa server: {stop or 'SIGINT'}: worker stopped; the server keeps running at {record.ui_url} "
-              f"(`./run server stop` stops it)", flush=True)  # fmt: skip
+        if server_stops_too(workspace):
+            print(f"\nodqa server: {stop or 'SIGINT'} from `./run server stop`: worker stopped; the server at "
+                  f"{record.ui_url} is stopped next", flush=True)  # fmt: skip
+        else:
+            print(f"\nodqa server: {stop or 'SIGINT'}: worker stopped; the server keeps running at {record.ui_url} "
+                  f"(`./run server stop` stops it)", flush=True)  # fmt: skip
         return 0
     finally:
         for stop_signal in STOP_SIGNALS:

@@ -22,6 +22,7 @@ from ...storage.passages import passage_records, require_passages
 from ...storage.releases import ServingChange
 from ...storage.reports import Report
 from ..plumbing.publish import publish_indexes
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 
 BUILD_WAIT_S = 6 * 3600.0  # how long a second build of the same index waits for the first
@@ -85,7 +86,7 @@ def build_bm25(ws: Workspace, threads: int | None = None) -> Bm25IndexReport:
             report.noop = True
             return report
         report = build_bm25_task(str(ws.root), version, threads or os.cpu_count() or 1)
-    stage_logger().info("built BM25 index: %s", report)
+    log_report("bm25 index", report)
     return report
 
 

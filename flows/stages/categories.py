@@ -37,6 +37,7 @@ from ...storage.articles import content_titles
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.questions import positives_fingerprint
 from ...storage.reports import Report
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
 
@@ -136,7 +137,6 @@ def ingest_categories_flow(
 ) -> IngestCategoriesReport:
     """Ingest MediaWiki `page` + `categorylinks` SQL dumps (`linktarget` for the 1.44+ schema,
     `redirect` for redirect targets)."""
-    log = stage_logger()
     ws = Workspace.resolve(workspace)
     dumps: dict[str, str | None] = {}
     for role, path in (
@@ -155,7 +155,7 @@ def ingest_categories_flow(
     if done is not None:
         return done
     report = ingest_dumps_task(str(ws.root), dumps, skip_bad, stage_fp)
-    log.info("ingested category dumps: %s", report)
+    log_report("ingest categories", report)
     return report
 
 
@@ -259,6 +259,7 @@ def label_workspace(ws: Workspace, config: DomainConfig, stage_fingerprint: str)
         tx.replace_source("metrics", LABEL_SOURCE)
         tx.write("metrics", metrics, source=LABEL_SOURCE)
         tx.report = report.ledger()
+    log_report("label domains", report)
     log.info("domain labels:\n%s", text)
     return report
 

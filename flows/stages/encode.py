@@ -57,6 +57,7 @@ from ...storage.passages import PASSAGE_COLUMNS, passages_in_range, require_pass
 from ...storage.reports import Report
 from ..plumbing.concurrency_slots import gpu_slot
 from ..plumbing.console import tell
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs, stage_logger
 from ..plumbing.task_runners import (
     RestoreTorchThreads,
@@ -344,5 +345,5 @@ def encode_flow(
     ws = Workspace.resolve(workspace)
     with flow_run_logs():  # progress records from any thread of this process reach this run's logs
         report = encode(ws, resolve_model(ws, model), shard_size, batch_size, dtype, precision, runner)
-    stage_logger().info("encode %s: %s", model, report)
+    log_report(f"encode {model}", report)
     return report

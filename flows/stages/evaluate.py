@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 from prefect import flow, task
 
-from ...pipelines.evaluation.answers import MATCH_CHOICES, match_mode
+from ...pipelines.evaluation.answers import match_mode
 from ...pipelines.evaluation.metrics import (
     DEFAULT_KS,
     metrics_table,
@@ -26,6 +26,7 @@ from ...pipelines.evaluation.metrics import (
 from ...pipelines.evaluation.run_scores import SplitScores, score_split
 from ...storage import Workspace
 from ...storage.atomic import atomic_write_bytes
+from ...storage.choices import MATCH_CHOICES, AnswerMatch
 from ...storage.fingerprint import fingerprint
 from ...storage.metrics import overall_metrics
 from ...storage.passages import passage_texts
@@ -33,7 +34,20 @@ from ...storage.questions import EVALUATION_COLUMNS, load_questions, questions_w
 from ...storage.reports import Report
 from ...storage.runs import evaluation_source, read_run, run_record_stage
 from ..plumbing.artifacts import publish_evaluation
+from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
+
+
+def split_summary(split: dict[str, Any]) -> str:
+    """What one dataset split was scored on, as a sentence (the report keeps the figures as a dict)."""
+    line = f"{split['questions']:,} questions"
+    if "questions_with_answers" in split:
+        line += f", {split['questions_with_answers']:,} with answers (answer match)"
+    if "questions_judged" in split:
+        line += f", {split['questions_judged']:,} judged (relevance from {split['qrels_source']})"
+    if split.get("passages_missing"):
+        line += f"; {split['passages_missing']:,} retrieved passages missing from the passages table"
+    return line
 
 
 @dataclass
@@ -42,6 +56,13 @@ class EvaluateReport(Report):
     splits: list[dict[str, Any]]
     metrics: int
     plot: str | None
+
+    def as_figures(self) -> dict[str, Any]:
+        """Each scored split as a sentence of its own (`dataset/split: ...`), not as its dict."""
+        figures = super().as_figures()
+        figures.pop("splits")
+        scored = {f"{s['dataset']}/{s['split']}": split_summary(s) for s in self.splits}
+        return {"run": figures.pop("run"), **scored, **figures}
 
 
 def split_judgments(ws: Workspace, dataset: str, split: str,
@@ -112,7 +133,7 @@ def evaluate_stage(run: str) -> str:
 
 
 @flow(name="evaluate")
-def evaluate_flow(run: str, ks: list[int] | None = None, match: str = "auto",
+def evaluate_flow(run: str, ks: list[int] | None = None, match: AnswerMatch = "auto",
                   workspace: str | None = None) -> EvaluateReport:  # fmt: skip
     """Evaluate RUN: answer-based R@K (micro, per relation, macro) and qrels metrics into `metrics`.
 
@@ -139,4 +160,5 @@ def evaluate_flow(run: str, ks: list[int] | None = None, match: str = "auto",
         return done
     report = evaluate_task(str(ws.root), run, ks, match, stage_fp)
     publish_evaluation(run, report.plot, overall_metrics(ws, run).to_pylist())  # table + plot in the UI
+    log_report(f"evaluate {run}", report)
     return report

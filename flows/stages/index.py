@@ -19,16 +19,22 @@ from prefect import flow, task
 
 from ...models.searchers import EncoderCache
 from ...models.searchers.dense import dense_build, dense_index_problem
-from ...pipelines.dense.faiss_index import IndexParams, build_faiss_index, read_index_metadata
+from ...pipelines.dense.faiss_index import (
+    IndexParams,
+    applicable_params,
+    build_faiss_index,
+    read_index_metadata,
+)
 from ...pipelines.dense.index_planner import plan_embeddings
 from ...pipelines.dense.sharded_encoding import DEFAULT_SHARD_SIZE
 from ...storage import Workspace
-from ...storage.choices import INDEX_TYPES, IndexType
+from ...storage.choices import INDEX_TYPES, IndexType, Precision
 from ...storage.model_registry import ModelRef, resolve_model
 from ...storage.releases import ServingChange
 from ...storage.reports import Report
 from ..plumbing.console import tell
 from ..plumbing.publish import publish_indexes
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs, stage_logger
 from ..plumbing.task_runners import RunnerSettings
 from .encode import encode, encode_task, stored_dtype
@@ -71,12 +77,12 @@ def index_task(workspace: str, ref: ModelRef, index_type: IndexType, params: dic
     before = read_index_metadata(folder)
     meta = planned_build(build.embeddings, folder, index_type, IndexParams(**params), memory_gb)
     return IndexBuildReport(model=ref.name, index=str(folder), type=index_type, vectors=meta.num_vectors,
-                            parts=len(meta.parts), params=meta.params,
+                            parts=len(meta.parts), params=applicable_params(index_type, meta.params),
                             noop=before is not None and before.to_json() == meta.to_json())  # fmt: skip
 
 
 def build_dense_index(ws: Workspace, ref: ModelRef, index_type: IndexType, params: IndexParams, *, batch_size: int = 128,
-                      precision: str = "auto", runner: RunnerSettings | None = None,
+                      precision: Precision = "auto", runner: RunnerSettings | None = None,
                       memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
     """Encode (when needed), build, publish: what `odqa index build` does, inside any flow."""
     with flow_run_logs():
@@ -98,7 +104,7 @@ def index_build_flow(
     pq_m: int | None = None,
     shards_per_part: int | None = None,
     batch_size: int = 128,
-    precision: str = "auto",
+    precision: Precision = "auto",
     runner: RunnerSettings | None = None,
     memory_gb: float | None = None,
 ) -> IndexBuildReport:
@@ -128,7 +134,7 @@ def index_build_flow(
     params = index_params(index_type, hnsw_m, nlist, pq_m, shards_per_part)
     report = build_dense_index(ws, resolve_model(ws, model), index_type, params, batch_size=batch_size, precision=precision,
                                runner=runner, memory_gb=memory_gb)  # fmt: skip
-    stage_logger().info("index build %s: %s", model, report)
+    log_report(f"index build {model}", report)
     return report
 
 

@@ -21,18 +21,19 @@ from prefect.cache_policies import NO_CACHE
 
 from ...models.searchers import RetrieverChoice, open_searcher
 from ...models.searchers.dense import open_dense_searcher
-from ...pipelines.dense.mining import TRAINING_MODES, MiningResult, mine_hard_negatives, round_negatives
+from ...pipelines.dense.mining import MiningResult, mine_hard_negatives, round_negatives
 from ...pipelines.evaluation.answers import MatchMode, match_mode
 from ...pipelines.search.searcher import QUESTION_CHUNK, Searcher, search_run
 from ...storage import Workspace
-from ...storage.choices import IndexType
+from ...storage.choices import TRAINING_MODES, IndexType, TrainingMode
 from ...storage.fingerprint import fingerprint
 from ...storage.index_layout import IndexLayout
 from ...storage.model_registry import ModelRef
 from ...storage.passages import passage_texts
 from ...storage.questions import load_questions, questions_fingerprint, set_hard_negatives
 from ...storage.reports import Report
-from ..plumbing.runtime import flow_run_logs, stage_logger
+from ..plumbing.report_text import log_report
+from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
 from ..plumbing.task_runners import (
     RestoreTorchThreads,
@@ -101,7 +102,7 @@ def mine_flow(
     model: str,
     dataset: str,
     split: str,
-    mode: str = "single-set",
+    mode: TrainingMode = "single-set",
     depth: int = 100,
     count: int = 30,
     index_type: IndexType = "flat",
@@ -160,7 +161,7 @@ def mine_flow(
                             mean_negatives=round(float(np.mean([len(v) for v in negatives.values()] or [0])), 2),
                             negatives_file=str(p2_file))  # fmt: skip
         tx.report = report.ledger()
-    stage_logger().info("%s: %s", stage, report)
+    log_report(stage, report)
     return report
 
 

@@ -21,7 +21,7 @@ from ...storage.fingerprint import fingerprint
 from ...storage.passages import passage_texts
 from ...storage.questions import load_questions, questions_fingerprint, set_hard_negatives
 from ...storage.reports import Report
-from ..plumbing.runtime import stage_logger
+from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 
 QUESTION_COLUMNS = ["question_id", "question", "answers", "positive_ids"]
@@ -97,5 +97,5 @@ def bm25_negatives_flow(
                                      questions_updated=updated, with_full_count=sum(1 for n in found if n == count),
                                      without_negative=sum(1 for n in found if n == 0), index_snapshot=snapshot)  # fmt: skip
         tx.report = report.ledger()
-    stage_logger().info("%s: %s", stage, report)
+    log_report(stage, report)
     return report

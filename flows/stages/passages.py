@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,17 +15,17 @@ from prefect import flow, task
 from ...pipelines.import_heads import passage_data_file, passage_reader
 from ...pipelines.passage_formats import MAX_RECORD_BYTES, PassageFormatError, write_dpr_tsv
 from ...pipelines.progress import progress
-from ...pipelines.tsv_lines import Quoting, quoting_fingerprint
+from ...pipelines.tsv_lines import quoting_fingerprint
 from ...storage import Workspace
+from ...storage.choices import ON_DUPLICATE, OnDuplicate, PassageFormat, Quoting
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
 from ...storage.reports import Report
 from ...storage.tables import Transaction, entries_after
 from ...storage.write_targets import check_file_target, export_file
+from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
-
-ON_DUPLICATE = ("refuse", "keep-existing")
 
 
 @dataclass
@@ -163,9 +163,9 @@ def held_rows(ws: Workspace, fmt: str, source_path: Path) -> int:
 
 
 @flow(name="import-passages")
-def import_passages_flow(fmt: str, path: str, workspace: str | None = None, replace: bool = False,
-                         on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
-                         quoting: Literal["csv", "none"] = "csv") -> ImportPassagesReport:  # fmt: skip
+def import_passages_flow(fmt: PassageFormat, path: str, workspace: str | None = None, replace: bool = False,
+                         on_duplicate: OnDuplicate = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+                         quoting: Quoting = "csv") -> ImportPassagesReport:  # fmt: skip
     """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table.
 
     A file is a source of its own (format + full path): another file adds to the table, the same
@@ -197,16 +197,18 @@ def import_passages_flow(fmt: str, path: str, workspace: str | None = None, repl
     # One passages import at a time: the duplicate check must see every commit before its own.
     with passages_import_lock(ws, f"import of {source_path}"):
         stage_fp = passages_fingerprint(fmt, file_sha256(data_file), on_duplicate, quoting)
-        done = imported_before(ws, fmt, source_path, stage_fp)
-        if done is not None:
-            return done
-        held = held_rows(ws, fmt, source_path)
-        if held and not replace:
-            raise FileExistsError(
-                f"{source_path} was imported before with other content or options ({held:,} passages of source "
-                f"{source}); pass --replace to replace them with this file's passages"
-            )
-        return import_passages_task(str(ws.root), fmt, str(source_path), stage_fp, on_duplicate, max_record_bytes, quoting)
+        report = imported_before(ws, fmt, source_path, stage_fp)
+        if report is None:
+            held = held_rows(ws, fmt, source_path)
+            if held and not replace:
+                raise FileExistsError(
+                    f"{source_path} was imported before with other content or options ({held:,} passages of source "
+                    f"{source}); pass --replace to replace them with this file's passages"
+                )
+            report = import_passages_task(str(ws.root), fmt, str(source_path), stage_fp, on_duplicate,
+                                          max_record_bytes, quoting)  # fmt: skip
+    log_report(f"import passages {source_path.name}", report)
+    return report
 
 
 @flow(name="export-passages")

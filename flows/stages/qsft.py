@@ -35,7 +35,8 @@ from ...storage.model_registry import (
 from ...storage.passages import all_passage_texts
 from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.reports import Report
-from ..plumbing.runtime import flow_run_logs, stage_logger
+from ..plumbing.report_text import log_report
+from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
 from .index import ensure_dense_index
 
@@ -108,5 +109,5 @@ def qsft_flow(
                "trained_on": ",".join(train), "config": json.dumps({"qsft": params, **report.ledger()})}  # fmt: skip
         register_model(ws, model_id, written, row, stage=stage, stage_fingerprint=stage_fp, move=True,
                        report=report.ledger())
-    stage_logger().info("%s: %s", stage, report)
+    log_report(stage, report)
     return report

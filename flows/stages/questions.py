@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +33,6 @@ from prefect import flow, task
 
 from ...pipelines.questions.duck import duplicate_ids
 from ...pipelines.questions.imports import (
-    FORMATS,
     ImportedDataset,
     ImportFormatError,
     dedupe_passages,
@@ -62,10 +61,19 @@ from ...pipelines.questions.triples import (
 from ...pipelines.tsv_lines import quoting_fingerprint
 from ...storage import Workspace
 from ...storage.articles import redirects
+from ...storage.choices import (
+    ON_DUPLICATE,
+    QUESTION_FORMATS,
+    OnDuplicate,
+    QuestionFormat,
+    Quoting,
+    TrexSplits,
+)
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import passage_files
 from ...storage.reports import Report
+from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
 
@@ -187,7 +195,7 @@ def trex_questions_flow(
     relations: list[str] | None = None,
     sample_per_relation: int | None = None,
     seed: int = 0,
-    splits: str = "thesis",
+    splits: TrexSplits = "thesis",
     split: str | None = None,
     size_per_relation: int | None = 10_000,
     analysis_per_relation: int = 300,
@@ -233,7 +241,6 @@ def trex_questions_flow(
         task_retry_delay: Seconds between those task retries.
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
     """
-    log = stage_logger()
     if sum(x is not None for x in (sparql, trex, triples)) != 1:
         raise ValueError("give exactly one fact source: --sparql URL, --trex DIR or --triples FILE")
     if splits not in ("thesis", "none"):
@@ -303,7 +310,7 @@ def trex_questions_flow(
         tx.write("questions", questions, source=source)
         tx.write("metrics", _metric_rows(dataset, source, _trex_figures(result, positives_report), params), source=source)
         tx.report = report.ledger()
-    log.info("%s: %s", stage, report)
+    log_report(stage, report)
     return report
 
 
@@ -321,7 +328,6 @@ def paq_questions_flow(
     workspace: str | None = None,
 ) -> PaqQuestionsReport:
     """The thesis' PAQ sample (one question for each of N passages, 70/15/15) and its flipped rows."""
-    log = stage_logger()
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
     if not source_path.is_file():
@@ -349,7 +355,7 @@ def paq_questions_flow(
         tx.write("flipped", result.flipped, source=stage)
         tx.write("metrics", _metric_rows(dataset, stage, figures, params), source=stage)
         tx.report = report.ledger()
-    log.info("%s: %s", stage, report)
+    log_report(stage, report)
     return report
 
 
@@ -363,7 +369,6 @@ def _import_files(fmt: str, path: Path, split: str) -> list[Path]:
     return [path]
 
 
-ON_DUPLICATE = ("refuse", "keep-existing")
 
 
 def trex_stage(dataset: str) -> str:
@@ -402,9 +407,9 @@ def _refuse_duplicate_questions(ws: Workspace, staged: list[Path], source: str, 
 
 @flow(name="import-questions")
 def import_questions_flow(
-    fmt: str, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
-    replace: bool = False, on_duplicate: str = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
-    quoting: Literal["csv", "none"] = "csv",
+    fmt: QuestionFormat, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
+    replace: bool = False, on_duplicate: OnDuplicate = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+    quoting: Quoting = "csv",
 ) -> ImportQuestionsReport:  # fmt: skip
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).
 
@@ -429,9 +434,8 @@ def import_questions_flow(
             reads it as DPR's csv.reader does (a field that starts with a quote is csv-quoted);
             none splits it at tabs only, quotes being text (a file not written with csv quoting).
     """
-    log = stage_logger()
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt not in QUESTION_FORMATS:
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(QUESTION_FORMATS)}")
     if on_duplicate not in ON_DUPLICATE:
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
@@ -455,7 +459,7 @@ def import_questions_flow(
             )
         report = _import_questions(ws, imported, fmt, source_path, dataset, split, stage_fp, memory_limit,
                                    on_duplicate == "keep-existing")  # fmt: skip
-    log.info("%s: %s", source, report)
+    log_report(source, report)
     return report
 
 

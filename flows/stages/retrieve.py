@@ -18,6 +18,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from ...models.searchers import RetrieverChoice, open_searcher
+from ...pipelines.dense.faiss_index import applicable_params
 from ...pipelines.dense.hybrid import DEFAULT_DEPTH
 from ...pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
 from ...pipelines.retrieval.run_cards import run_card_path, write_run_card
@@ -38,7 +39,8 @@ from ...storage.runs import (
     with_run_name,
 )
 from ...storage.write_targets import check_file_target, export_file
-from ..plumbing.runtime import flow_run_logs, stage_logger
+from ..plumbing.report_text import log_report
+from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
 from ..plumbing.task_runners import RunnerSettings
 from .index import ensure_dense_index
@@ -58,6 +60,17 @@ class RetrieveReport(Report):
     batches: int | None = None  # mapped BM25 batches, when a task runner searched them
     trec: str | None = None
     trec_rows: int | None = None
+
+    def as_figures(self) -> dict[str, Any]:
+        """The config with only the index parameters its index type uses (a flat index: none), and
+        the model's path only where it is not the model's name already."""
+        figures = super().as_figures()
+        config = dict(self.config)
+        if "index_params" in config:
+            config["index_params"] = applicable_params(config["index_type"], config["index_params"])
+        if config.get("model_path") == config.get("model"):
+            config.pop("model_path", None)
+        return {**figures, "config": config}
 
 
 def check_trec_targets(ws: Workspace, out: str, force: bool) -> Path:
@@ -154,7 +167,7 @@ def retrieve(ws: Workspace, choice: RetrieverChoice, dataset: str, split: str, r
         opened.searcher.close()
     if trec:
         report.trec, report.trec_rows = write_trec(ws, run, trec, force)
-    stage_logger().info("retrieve %s: %s", run, report)
+    log_report(f"retrieve {run}", report)
     return report
 
 

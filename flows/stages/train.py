@@ -65,7 +65,8 @@ from ...storage.reports import Report
 from ..plumbing.artifacts import publish_training
 from ..plumbing.concurrency_slots import gpu_slot
 from ..plumbing.console import tell
-from ..plumbing.runtime import flow_run_logs, run_log_env, stage_logger
+from ..plumbing.report_text import log_report
+from ..plumbing.runtime import flow_run_logs, run_log_env
 from ..plumbing.skip_unchanged import current_fingerprint, finished_report
 
 LAUNCH_FILE = "launch.json"  # node 0's job is ready for the other nodes (its stage fingerprint, endpoint)
@@ -294,7 +295,6 @@ def train_flow(
         rdzv_endpoint: HOST:PORT of node 0 where the machines meet (torchrun's c10d rendezvous);
             needed with nodes > 1.
     """
-    log = stage_logger()
     ws = Workspace.resolve(workspace)
     if not train:
         raise ValueError("give at least one --train NAME:SPLIT[:WEIGHT]")
@@ -389,7 +389,7 @@ def train_flow(
         shutil.rmtree(work, ignore_errors=True)
         publish_training(model_id, dev, {"step": result.best_step, "metrics": result.best_metrics},
                          result.log, result.dev_history)  # fmt: skip
-        log.info("trained %s (%s, %d parameters)", model_id, arch, result.parameters)
+        log_report(f"train {model_id}", report)
         return report
 
 

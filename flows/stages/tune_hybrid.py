@@ -31,7 +31,8 @@ from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.releases import current_release
 from ...storage.reports import Report
 from ..plumbing.publish import publish_indexes
-from ..plumbing.runtime import flow_run_logs, stage_logger
+from ..plumbing.report_text import log_report
+from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
 from .index import ensure_dense_index
 
@@ -133,7 +134,7 @@ def tune_hybrid_flow(
                                                "recall": {f"{a:.1f}": r for a, r in search.recall.items()}})  # fmt: skip
         tx.report = report.ledger()
     report.release = publish_alpha(ws, ref.key)  # type: ignore[union-attr]
-    stage_logger().info("%s: %s", stage, report)
+    log_report(stage, report)
     return report
 
 

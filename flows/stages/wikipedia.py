@@ -40,7 +40,7 @@ from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.ingest_state import forget_page_hashes, page_hashes_file, page_hashes_meta, record_page_hashes
 from ...storage.reports import Report
 from ...storage.tables import Transaction, table_dataset
-from ..plumbing.runtime import stage_logger
+from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 from ..plumbing.task_runners import RunnerSettings, mapping_runner
 
@@ -220,7 +220,6 @@ def ingest_wikipedia_flow(
         runner: Clean chunks as tasks on this task runner (threads, processes or a Dask cluster);
             empty: the local process pool (or $ODQA_DASK_ADDRESS's cluster when set).
     """
-    log = stage_logger()
     ws = Workspace.resolve(workspace)
     path = Path(dump).expanduser().resolve()
     if not path.is_file():
@@ -240,7 +239,7 @@ def ingest_wikipedia_flow(
         mapped = ingest_chunks_flow.with_options(task_runner=settings.task_runner())
         report = mapped(str(ws.root), str(path), asdict(options), stage_fp, settings)
         report.cleaned_on = settings.describe()
-    log.info("ingested %s: %s", path.name, report)
+    log_report(f"ingest wikipedia {path.name}", report)
     return report
 
 

@@ -77,6 +77,23 @@ class IndexParams:
         return asdict(self)
 
 
+# The parameters each index type reads (the others are stored but change nothing for it); the
+# part layout (shards_per_part, max_part_vectors) applies to every type.
+TYPE_PARAMS: dict[str, tuple[str, ...]] = {
+    "flat": (),
+    "hnsw": ("hnsw_m", "ef_construction", "ef_search"),
+    "ivfpq": ("nlist", "pq_m", "pq_nbits", "nprobe", "train_size", "seed"),
+}
+PART_PARAMS = ("shards_per_part", "max_part_vectors")
+
+
+def applicable_params(index_type: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters (as stored with an index) that an index of `index_type` uses and that are
+    set: what a report shows, where a flat index has no HNSW or IVF-PQ settings."""
+    names = (*TYPE_PARAMS[index_type], *PART_PARAMS)
+    return {name: params[name] for name in names if params.get(name) is not None}
+
+
 @dataclass
 class IndexPart:
     file: str

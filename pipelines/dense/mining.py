@@ -18,16 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 
+from ...storage.choices import TRAINING_MODES, TrainingMode
 from ..evaluation.answers import AnswerMatcher, MatchMode
 from ..progress import track
 
-TrainingMode = Literal["single-set", "multi-set"]
-TRAINING_MODES: tuple[TrainingMode, ...] = ("single-set", "multi-set")
 NEGATIVES_SCHEMA = pa.schema([("question_id", pa.string()), ("hard_negative_ids", pa.list_(pa.string()))])
 
 

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import torch
 
 from ...storage.atomic import atomic_write, atomic_write_text
+from ...storage.choices import PRECISIONS, Precision
 from ..progress import progress as progress_bar
 from .retriever_protocol import DenseRetriever
 
@@ -52,8 +53,6 @@ DEFAULT_SHARD_SIZE = 50_000
 FORMAT_VERSION = 1
 REQUIRED_COLUMNS = ("passage_id", "title", "text")
 StorageDtype = Literal["float32", "float16"]
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-PRECISIONS: tuple[Precision, ...] = ("auto", "fp32", "bf16", "fp16")
 _SHARD_FILE = re.compile(r"^shard-\d{5}\.(npy|ids\.parquet)$")
 
 

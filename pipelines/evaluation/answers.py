@@ -38,6 +38,8 @@ from typing import Literal
 import numpy as np
 import regex
 
+from ...storage.choices import MATCH_CHOICES
+
 MatchMode = Literal["string", "regex"]
 MATCH_MODES: tuple[MatchMode, ...] = ("string", "regex")
 
@@ -158,9 +160,6 @@ class AnswerMatcher:
         return np.fromiter(
             (prepared.found_in(self._form(p)) for p in passage_ids), dtype=bool, count=len(passage_ids)
         )
-
-
-MATCH_CHOICES = ("auto", "string", "regex")
 
 
 def match_mode(dataset: str, match: str = "auto") -> MatchMode:

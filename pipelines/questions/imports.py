@@ -48,6 +48,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...storage.choices import QUESTION_FORMATS
 from ...storage.ids import check_passage_id, check_question_id
 from ..tsv_lines import TSV_QUESTION_FORMATS, Quoting, TsvLineError, check_quoting, tsv_fields
 from .duck import duckdb_session, sql_string
@@ -73,7 +74,6 @@ from .rows import (
     unique_in_order,
 )
 
-FORMATS = ("dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir")
 BATCH_ROWS = 10_000
 _EQ_FILE = re.compile(r"^(P\d+)\.[^.]+\.json$")
 
@@ -480,12 +480,12 @@ IMPORTERS: dict[str, Callable[[Path, str, str, int], ImportedDataset]] = {
 
 def import_questions(fmt: str, path: Path, dataset: str, split: str, max_record_bytes: int = MAX_RECORD_BYTES,
                      quoting: Quoting = "csv") -> ImportedDataset:  # fmt: skip
-    """Dispatch on the format name (one of FORMATS); records over ``max_record_bytes`` are refused.
+    """Dispatch on the format name (one of QUESTION_FORMATS); records over ``max_record_bytes`` are refused.
     `quoting` (`tsv_lines`) applies to the tab-separated files (TSV_QUESTION_FORMATS)."""
     try:
         importer = IMPORTERS[fmt]
     except KeyError:
-        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {', '.join(QUESTION_FORMATS)}") from None
     if check_quoting(quoting, fmt, TSV_QUESTION_FORMATS) != "csv":
         importer = partial(importer, quoting=quoting)
     if not Path(path).exists():

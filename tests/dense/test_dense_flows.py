@@ -4,6 +4,7 @@ hybrid runs -> tuned alpha -> search -> mined negatives -> t-SNE plot -> query-s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -62,12 +63,18 @@ def test_dense_pipeline_end_to_end(cli, tmp_path: Path) -> None:
     assert "encode: no-op" in cli(*w, "encode", "--model", model, "--shard-size", "4", "--batch-size", "4").output
     out = cli(*w, "index", "build", "--model", model, "--type", "flat").output
     assert "index build: done" in out
+    assert "hnsw_m" not in out and "nlist" not in out and "null" not in out, out  # a flat index has no such settings
     assert "index build: no-op" in cli(*w, "index", "build", "--model", model).output
 
     retrieve = [*w, "retrieve", "--retriever", "dense", "--model", model, "--dataset", "toy", "--split", "dev",
                 "--run", "dense-toy", "--k", "3"]  # fmt: skip
     out = cli(*retrieve).output
     assert "retrieve: done" in out and "rows: 15" in out
+    assert "index_params" not in out and "null" not in out and "None" not in out, out  # what applies, no more
+    assert max(len(line) for line in out.splitlines()) < 200 and "config.index_type: flat" in out, out
+    log = (ws_dir / "logs" / "odqa.log").read_text(encoding="utf-8")  # the flow's own report, as printed
+    assert "IndexBuildReport(" not in log and "RetrieveReport(" not in log
+    assert re.search(r"retrieve dense-toy: done\n +run: dense-toy\n(.*\n)* +rows: 15\n", log), log[-3000:]
     assert "retrieve: no-op" in cli(*retrieve).output
     top = sql(cli, ws_dir, "SELECT q.question, r.passage_id FROM runs r JOIN questions q USING (question_id) "
                            "WHERE r.run = 'dense-toy' AND r.rank = 1 ORDER BY q.question")  # fmt: skip

@@ -44,7 +44,7 @@ TEXTS = ["Hamlet is a tragedy by William Shakespeare.", "Paris is the capital of
 
 def _config(tmp_path, amp: str, steps: int) -> TrainingConfig:
     return TrainingConfig(output_dir=str(tmp_path / "run"), batch_size=4, hard_negatives=1, max_steps=steps,
-                          lr=1e-3, warmup_steps=0, amp=amp, device="cuda", log_every=1,
+                          lr=1e-3, warmup_steps=0, amp=amp, device="cuda",
                           progress=False, checkpoint_minutes=None)  # fmt: skip
 
 

@@ -80,7 +80,7 @@ def test_training_with_grad_cache_learns(tiny_checkpoint, toy_examples, tmp_path
     torch.manual_seed(0)
     model = create_retriever("sde", tiny_checkpoint)
     config = TrainingConfig(output_dir=str(tmp_path), batch_size=8, max_steps=12, lr=1e-2,
-                            warmup_steps=0, log_every=1, progress=False, bucket_tokens=48, grad_cache=True)  # fmt: skip
+                            warmup_steps=0, progress=False, bucket_tokens=48, grad_cache=True)  # fmt: skip
     result = Trainer(model, MultiSetSampler.single(toy_examples), config).train()
     losses = [entry["loss"] for entry in result.log]
     assert len(losses) == 12 and sum(losses[-3:]) / 3 < 0.5 * losses[0]

@@ -28,7 +28,6 @@ def test_tiny_taser_overfits_a_tiny_set(tiny_checkpoint, toy_examples, tmp_path)
         max_steps=25,
         lr=1e-2,
         warmup_steps=0,
-        log_every=1,
         progress=False,
     )
     result = Trainer(model, MultiSetSampler.single(toy_examples), config).train()
@@ -49,7 +48,6 @@ def _resume_run(checkpoint: str, examples, output, stop_at=None, resume=False):
         accumulation_steps=2,
         lr=5e-3,
         warmup_steps=2,
-        log_every=1,
         seed=11,
         progress=False,
     )
@@ -143,7 +141,6 @@ def test_thesis_objectives_train(tiny_checkpoint, toy_examples, tmp_path, object
         lr=1e-2,
         warmup_steps=0,
         objective=objective,
-        log_every=1,
         progress=False,
     )
     losses = _losses(Trainer(model, MultiSetSampler.single(toy_examples), config).train())
@@ -173,7 +170,6 @@ def _amp_run(checkpoint: str, examples, output, amp: str) -> tuple[list[float], 
         lr=1e-2,
         warmup_steps=0,
         amp=amp,
-        log_every=1,
         progress=False,
     )
     result = Trainer(model, MultiSetSampler.single(examples), config).train()

@@ -25,7 +25,7 @@ from odqa.models.trainer import (
 
 def _config(output, **overrides) -> TrainingConfig:
     settings = dict(output_dir=str(output), batch_size=4, hard_negatives=1, max_steps=3, lr=1e-3,
-                    warmup_steps=0, log_every=1, progress=False, amp="none")  # fmt: skip
+                    warmup_steps=0, progress=False, amp="none")  # fmt: skip
     return TrainingConfig(**{**settings, **overrides})
 
 

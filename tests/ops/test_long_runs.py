@@ -90,7 +90,7 @@ def test_train_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) 
     assert "| done |" in steps[-1]
     ws = Workspace.resolve(sample_ws)
     curve = ws.sql("SELECT step, loss, lr FROM training_log WHERE model_id = 'watched' ORDER BY step").to_pylist()
-    assert [row["step"] for row in curve] == [3] and curve[0]["loss"] > 0  # log_every 10: the last step
+    assert [row["step"] for row in curve] == [1, 2, 3] and curve[0]["loss"] > 0  # every step
 
 
 def test_encode_progress_reaches_the_flow_run_logs(sample_ws: Path, monkeypatch) -> None:
@@ -153,4 +153,4 @@ def test_killed_training_resumes_to_the_weights_of_an_uninterrupted_run(
                     "ORDER BY model_id, step").to_pylist()  # fmt: skip
     killed = [(r["step"], r["loss"]) for r in curves if r["model_id"] == "killed"]
     assert killed == [(r["step"], r["loss"]) for r in curves if r["model_id"] == "straight"]
-    assert [step for step, _ in killed] == [10, 12]  # every log_every=10 steps and the last
+    assert [step for step, _ in killed] == list(range(1, 13))  # every step, the killed session's included

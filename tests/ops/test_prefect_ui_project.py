@@ -1,9 +1,12 @@
 """A project on the user's own data, run from the Prefect UI in a real headless browser, beginning
-with an empty workspace: passages and questions imported through their deployments, a model
-trained from the `train` Custom run form with `dev` typed and then cleared (the run gets no
-`dev` at all, so no sample dev set sneaks back in), its artifact showing the loss plot, and the
-scheduled `reindex` deployment, quick-run from its page after a new passages file landed in the
-workspace's incoming/ folder, publishing a new release and logging what it looked at.
+with an empty workspace: passages and questions imported through their deployments (a run's log
+shows its report as `key: value` lines, as the CLI prints it; `fmt` is a dropdown of the CLI's
+formats), a model trained from the `train` Custom run form (its architecture picked from a
+dropdown with no preset, `dev` typed and then cleared: the run gets no `dev` at all, so no sample
+dev set sneaks back in), its artifact showing the loss plot with a point at every step the run's
+log shows a loss for, and the scheduled `reindex` deployment, quick-run from its page after a new
+passages file landed in the workspace's incoming/ folder, publishing a new release and logging
+what it looked at.
 
 What the 3.8.8 UI submits for a cleared field was checked here: nothing (the key is left out),
 so the server fills it from the deployment's own parameters; prefect.yaml therefore sets no
@@ -29,6 +32,8 @@ from tests.ops.input_files import PASSAGES, write_passages
 UI_TIMEOUT_S = 60
 RUN_TIMEOUT_S = 240
 DEPLOYMENTS = ("import-passages", "import-questions", "train", "reindex")
+TRAIN_STEPS = 3
+LOGGED_LOSS = re.compile(r"train \S+: (\d+)/\d+ step .*\bloss=")
 QUESTIONS = [("What is the longest river of Zorbania?", "Quellor", "1"),
              ("What is the capital of Vexland?", "Morvil", "2"),
              ("Which composer wrote the opera Glass Tides?", "Ilsa Brandt", "3"),
@@ -135,7 +140,8 @@ def _deployment(api_url: str, flow: str, name: str) -> dict:
 def _start(api_url: str, ws: Path, log: Path) -> LocalPrefect:
     """The pool, the deployments this test uses (as `./run server` deploys them) and a worker
     whose flow runs use `ws`."""
-    env = prefect_env(api_url, ws) | {"PREFECT_WORKER_QUERY_SECONDS": "1", "ODQA_PROGRESS": "log"}
+    env = prefect_env(api_url, ws) | {"PREFECT_WORKER_QUERY_SECONDS": "1", "ODQA_PROGRESS": "log",
+                                      "ODQA_PROGRESS_INTERVAL": "0"}  # a progress record (with its loss) every step
     prefect(["work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
     prefect(["--no-prompt", "deploy", *[arg for name in DEPLOYMENTS for arg in ("--name", name)]], env)
     return LocalPrefect(api_url, env, start_worker(env, POOL, log))
@@ -149,9 +155,10 @@ def _submit_train_form(browser, ui: str, deployment_id: str, base: str) -> None:
     browser.get(f"{ui}/deployments/deployment/{deployment_id}/run")
     wait = WebDriverWait(browser, UI_TIMEOUT_S)
     wait.until(ec.text_to_be_present_in_element((By.TAG_NAME, "body"), "Snapshot Dir"))
-    # arch is a dropdown of the architectures, preset to the deployment's taser (kept: it trains as fast here)
-    # the settings' fields are labelled by their titles (Arch, Max Steps ...)
-    assert "taser" in browser.find_element(By.XPATH, _property("Arch")).text
+    # the settings' fields are labelled by their titles (Arch, Max Steps ...); arch, which the CLI
+    # requires, has no preset: picked from its dropdown, as the README's odqa train --arch dpr
+    assert _choices(browser, "Arch")[:2] == ["dpr", "ade"]
+    _choose(browser, "Arch", "dpr")
     for name in ("Base", "model_id", "dev"):
         assert _field(browser, name).get_attribute("value") == "", f"{name} has a default"  # no sample datasets
     assert _field(browser, "Max Steps", "input").get_attribute("value") == ""
@@ -162,12 +169,56 @@ def _submit_train_form(browser, ui: str, deployment_id: str, base: str) -> None:
     _type(_field(browser, "train"), "toy:train")
     _type(_field(browser, "dev"), "toy:dev")
     _type(_field(browser, "dev"), "")  # cleared: "empty: no dev evaluation"
-    _type(_field(browser, "Max Steps", "input"), "2")
+    _type(_field(browser, "Max Steps", "input"), str(TRAIN_STEPS))
     _type(_field(browser, "Batch Size", "input"), "2")
     _type(_field(browser, "Hard Negatives", "input"), "0")
     browser.save_screenshot(str(ARTIFACTS / "prefect-project-train-form.png"))
     browser.find_element(By.XPATH, "//button[@type='submit' and normalize-space()='Submit']").click()
     wait.until(lambda _: "/run" not in browser.current_url)
+
+
+def _dropdown(browser, name: str):
+    """The dropdown of property `name` (the UI's select, a native <select> inside); it must be one,
+    not a text field."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    assert not browser.find_elements(By.XPATH, f"{_property(name)}//textarea"), f"{name} is a text field"
+    return Select(browser.find_element(By.XPATH, f"{_property(name)}//div[contains(@class, 'p-select')]"
+                                                 "//select[option]"))  # fmt: skip
+
+
+def _choices(browser, name: str) -> list[str]:
+    """The values the dropdown of property `name` offers."""
+    return [option.get_attribute("value") for option in _dropdown(browser, name).options]
+
+
+def _choose(browser, name: str, value: str) -> None:
+    _dropdown(browser, name).select_by_value(value)
+
+
+def _report_in_run_log(browser, ui: str, flow_run_id, title: str) -> str:
+    """The text of the run's log line that begins with the report `title` (its page's Logs tab)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{ui}/runs/flow-run/{flow_run_id}")
+    row = WebDriverWait(browser, UI_TIMEOUT_S).until(lambda _: next(
+        (r for r in browser.find_elements(By.CSS_SELECTOR, ".log-row__content") if r.text.startswith(title)), None))
+    browser.save_screenshot(str(ARTIFACTS / "prefect-project-run-log.png"))
+    return row.text
+
+
+def _fmt_dropdown(browser, ui: str, deployment_id: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{ui}/deployments/deployment/{deployment_id}/run")
+    WebDriverWait(browser, UI_TIMEOUT_S).until(ec.presence_of_element_located((By.XPATH, _property("fmt"))))
+    choices = _choices(browser, "fmt")
+    browser.save_screenshot(str(ARTIFACTS / "prefect-project-fmt-dropdown.png"))
+    return choices
 
 
 def _quick_run(browser, ui: str, deployment_id: str) -> None:
@@ -198,22 +249,36 @@ def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: 
     ui = prefect_harness.removesuffix("/api")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
+        imported = {}
         for name, parameters in [
-            ("import-passages/import-passages", {"path": str(write_passages(tmp_path / "p.tsv", PASSAGES))}),
+            ("import-passages/import-passages", {"fmt": "dpr-tsv", "path": str(write_passages(tmp_path / "p.tsv",
+                                                                                                PASSAGES))}),
             ("import-questions/import-questions", {"fmt": "dpr-json", "path": str(_write_dpr_json(tmp_path / "t.json")),
                                                    "dataset": "toy", "split": "train"}),
         ]:  # fmt: skip
             done = run_deployment(name, parameters=parameters, timeout=RUN_TIMEOUT_S, poll_interval=1)
             assert done.state.is_completed(), (name, done.state, logs.read_text(errors="replace")[-4000:])
+            imported[name] = done
         assert Workspace.resolve(ws).rows("passages") == len(PASSAGES)
+        _logs_showing(imported["import-passages/import-passages"].id, "import passages p.tsv: done")
 
         train = _deployment(prefect_harness, "train", "train")
         reindex = _deployment(prefect_harness, "reindex", "reindex")
         known = {run.id for run in asyncio.run(_runs_of(train["id"])) + asyncio.run(_runs_of(reindex["id"]))}
         with headless_chromium(window="1400,4200") as browser:
+            report = _report_in_run_log(browser, ui, imported["import-passages/import-passages"].id,
+                                        "import passages p.tsv: done")  # fmt: skip
+            assert re.search(rf"\n +passages: {len(PASSAGES)}\n", report) and "\n    source: dpr-tsv:" in report, report
+            assert "None" not in report and "Report(" not in report, report  # as the CLI prints it, no repr
+            formats = _fmt_dropdown(browser, ui, _deployment(prefect_harness, "import-questions", "import-questions")["id"])
+            assert formats == ["dpr-json", "dpr-qas", "nq-open", "entityquestions", "squad", "beir"], formats
+
             _submit_train_form(browser, ui, train["id"], write_tiny_encoder(tmp_path / "base"))
             trained = _finished(train["id"], known, logs)
-            assert "dev" not in trained.parameters and trained.parameters["training"]["max_steps"] == 2, trained.parameters
+            assert "dev" not in trained.parameters and trained.parameters["training"]["max_steps"] == TRAIN_STEPS
+            assert trained.parameters["retriever"]["arch"] == "dpr", trained.parameters
+            logged = sorted({int(m[1]) for m in LOGGED_LOSS.finditer(_logs_showing(trained.id, "train mine: done"))})
+            assert logged == list(range(1, TRAIN_STEPS + 1)), logged  # a progress record per step, with its loss
 
             browser.get(f"{ui}/artifacts/artifact/{asyncio.run(_artifact_id('train-mine'))}")
             wait = WebDriverWait(browser, UI_TIMEOUT_S)
@@ -224,6 +289,7 @@ def test_a_project_on_own_data_runs_from_the_ui(prefect_harness: str, tmp_path: 
             page = browser.find_element(By.TAG_NAME, "body").text
             browser.save_screenshot(str(ARTIFACTS / "prefect-project-train-artifact.png"))
             assert width >= 600 and "Dev R@K: none, dev was empty" in page, page
+            assert f"Training loss at {len(logged)} logged steps ({', '.join(map(str, logged))})" in page, page
 
             assert current_release(Workspace.resolve(ws)) is None
             (ws / "incoming").mkdir()

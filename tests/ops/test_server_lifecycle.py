@@ -88,6 +88,8 @@ def test_run_server_stops_its_worker_on_sigterm_and_server_stop_stops_both(tmp_p
         assert f"stopped `./run server` (pid {again.pid})" in stopped.stdout
         assert again.wait(timeout=10) == 0
         assert not group_members(int(foreground["worker_pid"])) and running_server(ws) is None
+        said = log.read_text().rsplit("odqa server: workspace", 1)[-1]  # what the second `./run server` said
+        assert "SIGTERM from `./run server stop`: worker stopped" in said and "keeps running" not in said, said
     finally:
         reset_server(ws)
 

@@ -1,7 +1,7 @@
 """The search page at / in a real headless browser (Debian's chromium + chromedriver, via selenium).
 
-Types a question, submits, waits for the results and checks the rendered titles, highlights and
-index version; the screenshot is saved under tests/.artifacts/ (path printed). Skips with a clear
+Types a question, submits, waits for the results and checks the rendered titles, highlights,
+index version and the line saying what the scores mean (the hybrid's 0.000 and negative ones); the screenshot is saved under tests/.artifacts/ (path printed). Skips with a clear
 message when no browser is installed (`./run setup` installs one as root where apt is available).
 """
 
@@ -44,6 +44,9 @@ def test_the_search_page_shows_highlighted_results_and_the_index_version(browser
         answers = [m.text for m in browser.find_elements(By.CSS_SELECTOR, "mark.a")]
         terms = {m.text.lower() for m in browser.find_elements(By.CSS_SELECTOR, "mark.q")}
         status = browser.find_element(By.ID, "status").text
+        note = browser.find_element(By.ID, "score-note").text
+        notes = {kind: browser.execute_script("return scoreNote(arguments[0], 1.1)", kind)
+                 for kind in ("bm25", "dense", "hybrid")}  # fmt: skip
         # passage text is escaped, never interpreted: markup in it shows as text
         escaped = browser.execute_script("return highlight('<b>Curie</b> & co', ['curie'], '')")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -54,5 +57,8 @@ def test_the_search_page_shows_highlighted_results_and_the_index_version(browser
     assert answers and set(answers) == {"Warsaw"}
     assert {"marie", "curie", "born"} <= terms
     assert version in status and "5 passages" in status
+    assert note == notes["dense"] and "inner product" in note  # the default retriever's scores, explained
+    assert "BM25" in notes["bm25"]
+    assert "dense + 1.1 \u00d7 BM25" in notes["hybrid"] and "0.000 is mid-range" in notes["hybrid"]
     assert escaped == '&lt;b&gt;<mark class="q">Curie</mark>&lt;/b&gt; &amp; co'
     assert shot.stat().st_size > 10_000
