@@ -14,3 +14,5 @@ INDEX_TYPES: tuple[IndexType, ...] = get_args(IndexType)
 
 RetrieverKind = Literal["bm25", "dense", "hybrid"]  # what a searcher answers with
 RETRIEVER_KINDS: tuple[RetrieverKind, ...] = get_args(RetrieverKind)
+
+PositivesRetriever = Literal["bm25", "dense"]  # what ranks the passages positives are derived from

@@ -15,7 +15,9 @@ def split_line(split: dict[str, Any]) -> str:
     if "questions_with_answers" in split:
         line += f", {split['questions_with_answers']:,} with answers (answer match)"
     if "questions_judged" in split:
-        line += f", {split['questions_judged']:,} judged (relevance from {split['qrels_source']})"
+        derived = "".join(f"; {count:,} of them derived from their answers by {origin} (odqa positives)"
+                          for origin, count in split.get("qrels_derived", {}).items())  # fmt: skip
+        line += f", {split['questions_judged']:,} judged (relevance from {split['qrels_source']}{derived})"
     if split.get("passages_missing"):
         line += f"; {split['passages_missing']:,} retrieved passages missing from the passages table"
     return line

@@ -19,6 +19,7 @@ from prefect import flow, task
 from ...pipelines.evaluation.answers import MATCH_CHOICES, match_mode
 from ...pipelines.evaluation.metrics import (
     DEFAULT_KS,
+    derived_judgments,
     metrics_table,
     qrels_from_questions,
     render_recall_plot,
@@ -58,8 +59,11 @@ def score_run(ws: Workspace, run: str, ks: tuple[int, ...], match: str) -> list[
         questions = load_questions(ws, dataset, split, EVALUATION_COLUMNS)
         judged = relevance_judgments(ws, dataset, split)
         qrels, source = (judged, "qrels") if judged else (qrels_from_questions(questions), "positive_ids")
-        results.append(score_split(rows, questions, dataset=dataset, split=split, ks=ks, mode=match_mode(dataset, match),
-                                   passage_texts=texts, qrels=qrels, qrels_source=source, passages_missing=missing))  # fmt: skip
+        scores = score_split(rows, questions, dataset=dataset, split=split, ks=ks, mode=match_mode(dataset, match),
+                             passage_texts=texts, qrels=qrels, qrels_source=source, passages_missing=missing)  # fmt: skip
+        if source == "positive_ids" and (derived := derived_judgments(questions)):
+            scores.info["qrels_derived"] = derived  # judged questions whose positives came from a retriever
+        results.append(scores)
     return results
 
 
