@@ -70,8 +70,10 @@ def holder_line(owner: dict[str, Any]) -> str:
     """`train m in workspace /w (pid P on host H (odqa train ...) since 14:02:11 UTC, for N s)`
     from a slot file's record."""
     where = f" in workspace {owner['workspace']}" if owner.get("workspace") else ""
-    waited = time.time() - owner.get("started", time.time())
-    return f"{owner.get('task', '?')}{where} ({holder_text(owner)}, for {waited:.0f} s)"
+    # an odqa from before issue 40 (another checkout on the machine) wrote `since` and no command
+    started = owner.get("started") or owner.get("since") or time.time()
+    record = {**owner, "started": started, "command": owner.get("command") or "odqa"}
+    return f"{owner.get('task', '?')}{where} ({holder_text(record)}, for {time.time() - started:.0f} s)"
 
 
 def holders(folder: Path | None = None) -> list[str]:

@@ -123,8 +123,9 @@ def load_examples_task(workspace: str, dataset: str, split: str, output: str, ha
     if not examples:
         raise ValueError(no_positives_text(dataset, split, questions.num_rows, skipped))
     if answer_only := skipped.get("question_without_positive", 0):
-        tell("%s:%s: %d of %d questions have no positive passage and are left out; `%s` gives them positives from "
-             "their answers", dataset, split, answer_only, questions.num_rows, derive_command(dataset, split))  # fmt: skip
+        tell("%s:%s: %s of %s questions have no positive passage and are left out; `%s` gives them positives from "
+             "their answers", dataset, split, f"{answer_only:,}", f"{questions.num_rows:,}",
+             derive_command(dataset, split))  # fmt: skip
     write_examples(examples, Path(output))
     return ExamplesReport(examples=len(examples), skipped=dict(skipped),
                           domains=sorted({d for e in examples for d in e.domains}),
@@ -146,6 +147,15 @@ def no_positives_text(dataset: str, split: str, questions: int, skipped: Mapping
                        "they come from")  # fmt: skip
     return (f"{dataset}:{split}: none of its {questions:,} questions has a positive passage in the passages table; "
             + "; ".join(reasons))  # fmt: skip
+
+
+def check_has_positives(ws: Workspace, spec: DatasetSpec) -> None:
+    """Refuse at once (before negatives are built or a model loaded) a question set none of whose
+    questions has a positive id: an answer-only set, which `odqa positives` gives positives."""
+    stored = load_questions(ws, spec.dataset, spec.split, ["positive_ids"]).column("positive_ids")
+    if not any(stored.to_pylist()):
+        raise ValueError(no_positives_text(spec.dataset, spec.split, len(stored),
+                                           {"question_without_positive": len(stored)}))  # fmt: skip
 
 
 def ensure_hard_negatives(ws: Workspace, spec: DatasetSpec, count: int) -> None:
@@ -329,6 +339,8 @@ def train_flow(
     dev_spec = DatasetSpec.parse(dev, with_weight=False) if dev else None
     base_path = resolve_model(ws, base).path
     params = train_params(retriever, training, train, dev, gpus)
+    for spec in [*specs, *([dev_spec] if dev_spec else [])]:
+        check_has_positives(ws, spec)
     if training.hard_negatives > 0:
         for spec in specs:
             ensure_hard_negatives(ws, spec, training.hard_negatives)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 
 from odqa.storage import Workspace
 from tests.models.filled_workspace import fill_workspace
@@ -31,16 +30,11 @@ def _negatives(ws: Workspace, split: str) -> list[list[str]]:
 
 
 def test_a_copy_of_the_questions_reuses_their_negatives_and_a_changed_question_is_searched(
-    prefect_harness: str, tmp_path: Path
+    prefect_harness: str, java: None, tmp_path: Path
 ) -> None:
     from odqa.flows.stages.bm25 import bm25_index_flow
     from odqa.flows.stages.negatives import bm25_negatives_flow
-    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"BM25 needs a JDK: {error}")
     root = tmp_path / "ws"
     fill_workspace(root, negatives=False)
     ws = Workspace.resolve(root)

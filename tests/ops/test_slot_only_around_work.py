@@ -101,3 +101,14 @@ def _latest_reindex(workspace: Path):
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["reindex"])),
                                      sort=FlowRunSort.START_TIME_DESC, limit=50)  # fmt: skip
     return next(r.id for r in runs if r.parameters.get("workspace") == str(workspace))
+
+
+def test_a_slot_record_of_an_older_odqa_still_names_its_holder() -> None:
+    """Slot files are shared by every odqa checkout of the machine's user; one written before the
+    workspace and command were recorded is still read."""
+    from odqa.flows.plumbing.concurrency_slots import holder_line
+
+    since = time.time() - 95
+    line = holder_line({"pid": 4711, "host": "gpu-box", "task": "train m1", "since": since})
+    clock = time.strftime("%H:%M:%S", time.gmtime(since))
+    assert line == f"train m1 (pid 4711 on host gpu-box (odqa) since {clock} UTC, for 95 s)"

@@ -10,22 +10,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 
 from odqa.storage import Workspace
 from tests.conftest import shared_data
 from tests.models.conftest import write_tiny_checkpoint
 from tests.models.filled_workspace import fill_workspace
-
-
-@pytest.fixture(scope="module")
-def java() -> None:
-    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
-
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"BM25 needs a JDK: {error}")
 
 
 def _answer_only(root: Path, split: str) -> None:
