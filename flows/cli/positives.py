@@ -38,9 +38,12 @@ def _derive(ctx: click.Context, title: str, **params: Any) -> None:
 @click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
 @click.pass_context
 def positives_bm25(ctx: click.Context, dataset: str, split: str, depth: int, count: int, threads: int | None) -> None:
-    """For each question without a positive of its own: the highest-ranked BM25 passages that contain
-    an answer (DPR's has_answer), into positive_ids, marked positives_from = bm25 (DPR's recipe for
-    TriviaQA, WebQuestions and CuratedTREC). Needs the BM25 index (`odqa bm25 index`)."""
+    """Positives from BM25 for the questions that have none, as DPR made them.
+
+    For each question without a positive of its own, the highest-ranked BM25 passages of the top
+    --depth that contain an answer (DPR's has_answer), into positive_ids, marked positives_from =
+    bm25, as DPR built TriviaQA, WebQuestions and CuratedTREC. Needs the BM25 index (`odqa bm25
+    index`)."""
     _derive(ctx, "positives bm25", dataset=dataset, split=split, retriever="bm25", depth=depth, count=count,
             threads=threads)  # fmt: skip
 
@@ -52,7 +55,9 @@ def positives_bm25(ctx: click.Context, dataset: str, split: str, depth: int, cou
 @click.pass_context
 def positives_dense(ctx: click.Context, model: str, dataset: str, split: str, depth: int, count: int,
                     index_type: str) -> None:  # fmt: skip
-    """As `positives bm25`, ranked by MODEL (its index is built when missing); marked
+    """Positives from a dense model for the questions that have none.
+
+    As `positives bm25`, ranked by MODEL (its index is built when missing); marked
     positives_from = dense:MODEL."""
     _derive(ctx, "positives dense", dataset=dataset, split=split, retriever="dense", model=model, depth=depth,
             count=count, index_type=index_type)  # fmt: skip

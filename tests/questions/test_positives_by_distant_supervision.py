@@ -1,6 +1,6 @@
-"""`odqa positives bm25`: answer-only questions get positives by DPR's distant supervision, marked
-as derived, and `odqa train --dev` then takes them; before, the training is refused with a message
-that names the verb. On the real SQuAD set in ../shared/data, BM25 positives go to exactly the
+"""`odqa positives bm25|dense`: answer-only questions get positives by DPR's distant supervision,
+marked as derived, and `odqa train --dev` then takes them; before, the training is refused with a
+message that names the verb. On the real SQuAD set in ../shared/data, BM25 positives go to exactly the
 share of questions that BM25's R@K counts as hits."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _answer_only(root: Path, split: str) -> None:
         tx.rewrite("questions", drop_positives)
 
 
-def test_answer_only_dev_questions_get_bm25_positives_and_then_select_the_model(cli, java, tmp_path: Path) -> None:
+def test_answer_only_dev_questions_get_positives_and_then_select_the_model(cli, java, tmp_path: Path) -> None:
     root = tmp_path / "ws"
     fill_workspace(root)
     _answer_only(root, "dev")
@@ -66,6 +66,14 @@ def test_answer_only_dev_questions_get_bm25_positives_and_then_select_the_model(
         assert any(line.strip() == figure for line in gold.splitlines()), (figure, gold)
     assert ws.sql("SELECT count(*) AS n FROM questions WHERE split = 'train' AND positives_from IS NOT NULL"
                   ).to_pylist() == [{"n": 0}]  # fmt: skip
+
+    # the same through a dense model (the tiny base, over all 16 passages: each answer is in one
+    # passage only, so it is the positive in any order): positives derived before are derived again
+    dense = cli(*w, "positives", "dense", "--model", base, "--dataset", "toy", "--split", "dev", "--depth", "16").output
+    for figure in (f"derived_by: dense:{base}", "searched: 2", "derived: 2"):
+        assert any(line.strip() == figure for line in dense.splitlines()), (figure, dense)
+    assert ws.sql("SELECT DISTINCT positives_from FROM questions WHERE split = 'dev'").to_pylist() == [
+        {"positives_from": f"dense:{base}"}]  # fmt: skip
 
     trained = cli(*train).output
     assert "train sde-toy: done" in trained and "dev R@1:" in trained
