@@ -38,7 +38,7 @@ def _derive(ctx: click.Context, title: str, **params: Any) -> None:
 @click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
 @click.pass_context
 def positives_bm25(ctx: click.Context, dataset: str, split: str, depth: int, count: int, threads: int | None) -> None:
-    """Positives from BM25 for the questions that have none, as DPR made them.
+    """Positives from BM25 for questions without any (DPR).
 
     For each question without a positive of its own, the highest-ranked BM25 passages of the top
     --depth that contain an answer (DPR's has_answer), into positive_ids, marked positives_from =
@@ -55,7 +55,7 @@ def positives_bm25(ctx: click.Context, dataset: str, split: str, depth: int, cou
 @click.pass_context
 def positives_dense(ctx: click.Context, model: str, dataset: str, split: str, depth: int, count: int,
                     index_type: str) -> None:  # fmt: skip
-    """Positives from a dense model for the questions that have none.
+    """Positives from a dense model for questions without any.
 
     As `positives bm25`, ranked by MODEL (its index is built when missing); marked
     positives_from = dense:MODEL."""

@@ -142,8 +142,8 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
                             shards=len(done.shards), dim=done.dim, dtype=done.dtype, precision=done.precision,
                             encoded_now=0, devices=[d or "cpu" for d in devices], noop=True)  # fmt: skip
     reuse = _previous_vectors(ws, ref, wanted)
-    started = time.perf_counter()
     with gpu_slot(f"encode {ref.name}", ws.root):
+        started = time.perf_counter()  # the encoding's own time, not the wait for the slot
         result = encode_corpus(
             retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096), build.embeddings,
             corpus_fingerprint=build.passages_version, shard_size=shard_size, batch_size=batch_size, dtype=dtype,  # type: ignore[arg-type]
