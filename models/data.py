@@ -221,8 +221,11 @@ def examples_from_tables(
     """Join `questions` rows with the `passages` they reference into training examples.
 
     The first positive id found among the passages is the example's positive (DPR uses the
-    first gold context). Questions without any known positive are skipped, and hard-negative
-    ids missing from the passages are dropped; both are counted in the returned Counter.
+    first gold context). Questions without any known positive are skipped, counted apart as
+    those with no positive id at all (`question_without_positive`: answer-only questions, which
+    `odqa positives` gives positives) and those whose positive ids name no passage of the table
+    (`question_without_known_positive`); hard-negative ids missing from the passages are dropped
+    and counted (`unknown_hard_negative`).
     """
     lookup = {
         pid: (title or "", text or "")
@@ -238,7 +241,7 @@ def examples_from_tables(
     for row in questions.to_pylist():
         positive_id = next((p for p in row.get("positive_ids") or [] if p in lookup), None)
         if positive_id is None:
-            skipped["question_without_known_positive"] += 1
+            skipped["question_without_known_positive" if row.get("positive_ids") else "question_without_positive"] += 1
             continue
         negative_ids = []
         for passage_id in row.get("hard_negative_ids") or []:

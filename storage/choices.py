@@ -38,3 +38,5 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 Quoting = Literal["csv", "none"]  # a tab-separated line: split as csv.reader does, or at tabs only
 QUOTINGS: tuple[Quoting, ...] = get_args(Quoting)
+
+PositivesRetriever = Literal["bm25", "dense"]  # what ranks the passages positives are derived from

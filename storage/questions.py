@@ -16,7 +16,7 @@ from .fingerprint import fingerprint
 from .tables import Transaction
 from .workspace import Workspace
 
-EVALUATION_COLUMNS = ["question_id", "dataset", "split", "answers", "relation", "positive_ids"]
+EVALUATION_COLUMNS = ["question_id", "dataset", "split", "answers", "relation", "positive_ids", "positives_from"]
 
 
 def _split_filter(dataset: str, split: str) -> pc.Expression:
@@ -86,23 +86,43 @@ def relevance_judgments(ws: Workspace, dataset: str, split: str) -> dict[str, di
     return {qid: found for qid, found in judged.items() if any(r > 0 for r in found.values())}
 
 
-def set_hard_negatives(tx: Transaction, dataset: str, split: str, negatives: Mapping[str, list[str]]) -> int:
-    """Replace `hard_negative_ids` of the split's given questions in the parts that hold them.
+def _set_split_columns(tx: Transaction, dataset: str, split: str, values: Mapping[str, Mapping[str, object]]) -> int:
+    """Replace columns of the split's given questions (question_id -> column -> new value) in the
+    parts that hold them; returns the questions updated.
 
-    Each part keeps the source that imported it (storage's `rewrite`), so a later import of
-    that source still replaces its rows as a whole. Returns the questions updated.
-    """
+    Each part keeps the source that imported it (storage's `rewrite`), so a later import of that
+    source still replaces its rows as a whole."""
+    if not values:
+        return 0
     updated = 0
+    columns = sorted({name for changes in values.values() for name in changes})
 
-    def set_negatives(part: pa.Table) -> pa.Table:
+    def set_values(part: pa.Table) -> pa.Table:
         nonlocal updated
         mine = pc.and_(pc.equal(part["dataset"], dataset), pc.equal(part["split"], split)).to_pylist()
         ids = part["question_id"].to_pylist()
-        new = [negatives[qid] if in_split and qid in negatives else old
-               for qid, old, in_split in zip(ids, part["hard_negative_ids"].to_pylist(), mine, strict=True)]  # fmt: skip
-        updated += sum(1 for qid, in_split in zip(ids, mine, strict=True) if in_split and qid in negatives)
-        column = part.schema.get_field_index("hard_negative_ids")
-        return part.set_column(column, part.schema.field(column), pa.array(new, part.schema.field(column).type))
+        targets = [values.get(qid) if in_split else None for qid, in_split in zip(ids, mine, strict=True)]
+        updated += sum(1 for target in targets if target is not None)
+        for name in columns:
+            index = part.schema.get_field_index(name)
+            new = [target[name] if target is not None and name in target else old
+                   for old, target in zip(part[name].to_pylist(), targets, strict=True)]  # fmt: skip
+            part = part.set_column(index, part.schema.field(index), pa.array(new, part.schema.field(index).type))
+        return part
 
-    tx.rewrite("questions", set_negatives)
+    tx.rewrite("questions", set_values)
     return updated
+
+
+def set_hard_negatives(tx: Transaction, dataset: str, split: str, negatives: Mapping[str, list[str]]) -> int:
+    """Replace `hard_negative_ids` of the split's given questions; returns the questions updated."""
+    return _set_split_columns(tx, dataset, split, {qid: {"hard_negative_ids": ids} for qid, ids in negatives.items()})
+
+
+def set_derived_positives(tx: Transaction, dataset: str, split: str, positives: Mapping[str, list[str]],
+                          origin: str) -> int:  # fmt: skip
+    """Set `positive_ids` of the split's given questions to positives derived by distant
+    supervision and mark them with `positives_from` = ``origin`` (a question that got none is
+    left without positives and unmarked); returns the questions updated."""
+    return _set_split_columns(tx, dataset, split, {
+        qid: {"positive_ids": ids, "positives_from": origin if ids else None} for qid, ids in positives.items()})

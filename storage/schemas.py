@@ -62,6 +62,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("positive_ids", _str_list),
             ("hard_negative_ids", _str_list),
             ("domains", _str_list),
+            # null: the positive_ids came with the data; else how `odqa positives` derived them by
+            # distant supervision from the answers (`bm25`, `dense:<model>`), so R@K keeps using the
+            # answers and qrels metrics say which judgments were derived
+            ("positives_from", pa.string()),
         ]
     ),
     "qrels": pa.schema(

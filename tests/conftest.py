@@ -180,3 +180,14 @@ def cli(prefect_harness: str):
         return result
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def java() -> None:
+    """A usable JDK for pyserini's BM25, else the test is skipped naming what is missing."""
+    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
+
+    try:
+        check_java()
+    except JavaMissingError as error:
+        pytest.skip(f"BM25 needs a JDK: {error}")

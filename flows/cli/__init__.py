@@ -20,6 +20,7 @@ VERB_MODULES = [
     "label",
     "bm25",
     "negatives",
+    "positives",
     "retrieve",
     "evaluate",
     "compare",

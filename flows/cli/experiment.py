@@ -50,6 +50,9 @@ def _echo(report: Any) -> None:
         click.echo(f"\ntests against {report.reference}:")
         echo_scores(report.significance())
     click.echo("\nparameter ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in report.parameter_ratios.items()))
+    searched, reused = report.bm25_searches()
+    click.echo(f"BM25 negatives: {searched} questions searched, {reused} reused across the {len(report.recipes)} "
+               "retrievers (the same training questions)")  # fmt: skip
     click.echo(f"plot: {report.plot}")
     for plot in report.recall_plots:
         click.echo(f"R@K curves: {plot}")

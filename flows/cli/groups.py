@@ -232,6 +232,11 @@ def negatives_group() -> None:
     """Hard negatives for training, written to questions.hard_negative_ids."""
 
 
+@main.group("positives")
+def positives_group() -> None:
+    """Positive passages for questions that bring only answers (distant supervision, as DPR did)."""
+
+
 @main.group("index")
 def index_group() -> None:
     """FAISS indexes of a model's passage embeddings."""

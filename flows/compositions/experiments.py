@@ -7,7 +7,8 @@
 
 Every dense retriever is trained by the TASER recipe (`train_rounds_flow`: BM25 negatives, then
 as many mining rounds as asked) on the same training questions, so only the architecture
-differs. The runs on each evaluation set are compared by `compare_flow` (paired two-sided
+differs; the BM25 negatives of those questions are searched once and reused by every retriever
+(`flows.stages.negatives`). The runs on each evaluation set are compared by `compare_flow` (paired two-sided
 t-tests, Bonferroni-corrected over all pairs); the result is one table with significance marks
 and parameter counts, a bar chart in ``plots/experiment-<name>.png``, Prefect artifacts (the
 table and the tests), and `metrics` rows (run ``experiment:<name>``, group = retriever, or
@@ -75,6 +76,12 @@ class ExperimentReport:
 
     def significance(self) -> list[dict[str, Any]]:
         return significance_rows(self.rows, self.metrics)
+
+    def bm25_searches(self) -> tuple[int, int]:
+        """(questions searched, questions reused) by the BM25 negatives of every retriever's first
+        round: the retrievers train on the same questions, so one search serves them all."""
+        first = [n for recipe in self.recipes for n in recipe.rounds[0].negatives if n.source == "bm25"]
+        return sum(n.searched for n in first), sum(n.reused for n in first)
 
 
 def _label(arch: str) -> str:

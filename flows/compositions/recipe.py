@@ -66,7 +66,7 @@ from ..stages.bm25 import bm25_index_flow
 from ..stages.evaluate import evaluate_flow
 from ..stages.index import index_build_flow
 from ..stages.mine import mine_flow
-from ..stages.negatives import bm25_negatives_flow
+from ..stages.negatives import Bm25NegativesReport, bm25_negatives_flow
 from ..stages.retrieve import retrieve_flow
 from ..stages.train import train_flow
 from ..stages.tune_hybrid import tune_hybrid_flow
@@ -97,6 +97,8 @@ class Negatives:
     questions: int
     mean_per_question: float
     without_negatives: int
+    searched: int = 0  # BM25 negatives: questions searched by this round
+    reused: int = 0  # BM25 negatives: questions whose negatives an earlier search of the same question found
 
 
 @dataclass(frozen=True)
@@ -160,19 +162,24 @@ class RecipeReport:
 
 # --- the held-out copies -----------------------------------------------------------------------
 
+# What a recipe's copies and rounds depend on of the training questions: every column but
+# `positives_from`, which only marks how `positive_ids` (in) came about, so recipes recorded
+# before the column existed stay current.
+FINGERPRINTED_COLUMNS = [name for name in SCHEMAS["questions"].names if name != "positives_from"]
+
 
 @task(name="train-rounds-splits")
 def derive_splits_task(workspace: str, model_id: str, key: str, dataset: str, split: str, weight: float,
                        holdout: float, seed: int) -> TrainingSplit:  # fmt: skip
     """Write the recipe's copies of one training split (a no-op when they are current)."""
     ws = Workspace.resolve(workspace)
-    columns = SCHEMAS["questions"].names
     fit, tune = fit_split(split, model_id, key), tune_split(split, model_id, key)
     stage = splits_stage(model_id, dataset, split)
-    stage_fp = fingerprint(stage, questions_fingerprint(ws, dataset, split, columns), fit, tune, holdout, seed)
+    stage_fp = fingerprint(stage, questions_fingerprint(ws, dataset, split, FINGERPRINTED_COLUMNS), fit, tune, holdout,
+                           seed)  # fmt: skip
     if ws.stage_is_current(stage, stage_fp):
         return TrainingSplit(**ws.stage_record(stage).report)
-    parts = split_holdout(load_questions(ws, dataset, split, columns), fit, tune, holdout, seed)
+    parts = split_holdout(load_questions(ws, dataset, split, SCHEMAS["questions"].names), fit, tune, holdout, seed)
     result = TrainingSplit(dataset, split, weight, fit, tune if parts.tune.num_rows else "", parts.fit.num_rows,
                            parts.tune.num_rows)  # fmt: skip
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
@@ -206,11 +213,15 @@ class RecipePlan:
         return str(self.workspace.root)
 
 
-def _negatives(plan: RecipePlan, source: str) -> list[Negatives]:
+def _negatives(plan: RecipePlan, source: str, searches: dict[str, Bm25NegativesReport]) -> list[Negatives]:
+    """The negatives of each training copy; for BM25's, how many questions were searched and how
+    many reused what a search of the same question found before (another architecture's copy)."""
     found = []
     for s in plan.splits:
         questions, mean, without = negatives_summary(plan.workspace, s.dataset, s.fit)
-        found.append(Negatives(s.dataset, s.fit, source, questions, round(mean, 3), without))
+        search = searches.get(s.fit)
+        found.append(Negatives(s.dataset, s.fit, source, questions, round(mean, 3), without,
+                               search.searched if search else 0, search.reused if search else 0))  # fmt: skip
     return found
 
 
@@ -256,18 +267,20 @@ def _run_round(plan: RecipePlan, number: int, stage_fp: str) -> RoundReport:
     """Negatives (BM25's, or mined with the previous round's model), training, index, evaluation;
     then the round's record and metrics rows in one commit."""
     started = time.perf_counter()
+    searches: dict[str, Bm25NegativesReport] = {}
     if number == 1:
         source = "bm25"
         bm25_index_flow(workspace=plan.root)
         for s in plan.splits:
-            bm25_negatives_flow(dataset=s.dataset, split=s.fit, count=plan.mining["bm25_negatives"], workspace=plan.root)
+            searches[s.fit] = bm25_negatives_flow(dataset=s.dataset, split=s.fit, count=plan.mining["bm25_negatives"],
+                                                  workspace=plan.root)  # fmt: skip
     else:
         source = round_model(plan.model_id, number - 1)
         for s in plan.splits:
             mine_flow(model=source, dataset=s.dataset, split=s.fit, mode=plan.mining["mode"],
                       depth=plan.mining["depth"], count=plan.mining["count"], index_type=plan.index_type,
                       workspace=plan.root)  # fmt: skip
-    negatives = _negatives(plan, source)
+    negatives = _negatives(plan, source, searches)
     model = round_model(plan.model_id, number)
     trained = train_flow(model_id=model, train=[f"{s.dataset}:{s.fit}:{s.weight:g}" for s in plan.splits],
                          retriever=plan.retriever, training=plan.training, workspace=plan.root)  # fmt: skip
@@ -287,10 +300,12 @@ def round_line(report: RoundReport, rounds: int) -> str:
     """One terminal line per round: what it trained on and how its model retrieves."""
     what = "BM25 negatives" if report.negatives_from == "bm25" else f"negatives mined by {report.negatives_from}"
     mean = ", ".join(f"{n.mean_per_question:g}" for n in report.negatives)
+    reused = sum(n.reused for n in report.negatives)
+    reuse = f"; {reused} questions' reused from an earlier search of the same question" if reused else ""
     recall = "; ".join(f"{name} " + " ".join(f"{m} {v:.3f}" for m, v in values.items())
                        for name, values in report.recall.items())  # fmt: skip
     status = "done before (recognised from the workspace)" if report.resumed else f"{report.seconds:.0f}s"
-    return (f"round {report.round}/{rounds}: {report.model_id} on {what} ({mean} per question); "
+    return (f"round {report.round}/{rounds}: {report.model_id} on {what} ({mean} per question{reuse}); "
             f"{recall} [{status}]")  # fmt: skip
 
 
@@ -417,7 +432,7 @@ def train_rounds_flow(
     _check(rounds, retriever.arch, specs, evaluated, holdout, hybrid, model_id)
     base, seed = retriever.base, training.seed
     mining = {"mode": mode, "depth": mine_depth, "count": mine_count, "bm25_negatives": bm25_negatives}
-    sources = [questions_fingerprint(ws, s.dataset, s.split, SCHEMAS["questions"].names) for s in specs]
+    sources = [questions_fingerprint(ws, s.dataset, s.split, FINGERPRINTED_COLUMNS) for s in specs]
 
     # Everything a round's model depends on; a change gives fresh copies and fresh rounds.
     inputs = (model_identity(resolve_model(ws, base).path), [(s.dataset, s.split, s.weight) for s in specs], mining,

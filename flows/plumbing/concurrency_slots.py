@@ -3,12 +3,15 @@ locked files so that a dead holder's slot is free at once.
 
 Training and in-process encoding use every core (or the GPU) of the machine they run on, so two
 of them at once only share it and add memory. Each such task holds one of this machine's slots
-(`gpu_slots`: one per GPU, else one per 4 cores) while it runs. A slot is a file in
-`slot_dir()` locked with `flock`: the kernel drops the lock when its process ends, however it
-ends, so a killed training frees its slot at once (a Prefect tag concurrency limit held it
-until its lease expired, 30-60 s later). The file names its holder (pid, host, task), and a task
-waiting for a slot says so in its run's logs after `GRACE_S` (a warning, so the terminal of a
-CLI call shows it too), again every `REPEAT_S`, and how long it waited once it got one.
+(`gpu_slots`: one per GPU, else one per 4 cores) for its training or encoding loop only: what
+comes before (finding out whether there is work at all: fingerprints, complete embeddings,
+loading the examples or the model) runs without one, so a stage with nothing to do never waits
+for another's work. A slot is a file in `slot_dir()` locked with `flock`: the kernel drops the
+lock when its process ends, however it ends, so a killed training frees its slot at once (a
+Prefect tag concurrency limit held it until its lease expired, 30-60 s later). The file names its
+holder (verb, what it works on, workspace, pid, host, command, since when), and a task waiting
+for a slot names them in its run's logs after `GRACE_S` (a warning, so the terminal of a CLI call
+shows it too), again every `REPEAT_S`, and how long it waited once it got one.
 
 The slots belong to the machine, not to a workspace or a Prefect server: two workspaces on one
 machine share its devices. Tasks on a Dask cluster do not take them: there each worker declares
@@ -27,6 +30,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from ...storage.locks import holder_text, this_command
 
 SLOTS_ENV = "ODQA_GPU_SLOTS"
 SLOT_DIR_ENV = "ODQA_SLOT_DIR"
@@ -60,9 +66,19 @@ def slot_dir() -> Path:
     return Path(os.environ.get(SLOT_DIR_ENV) or Path(tempfile.gettempdir()) / f"odqa-gpu-slots-{os.getuid()}")
 
 
+def holder_line(owner: dict[str, Any]) -> str:
+    """`train m in workspace /w (pid P on host H (odqa train ...) since 14:02:11 UTC, for N s)`
+    from a slot file's record."""
+    where = f" in workspace {owner['workspace']}" if owner.get("workspace") else ""
+    # an odqa from before issue 40 (another checkout on the machine) wrote `since` and no command
+    started = owner.get("started") or owner.get("since") or time.time()
+    record = {**owner, "started": started, "command": owner.get("command") or "odqa"}
+    return f"{owner.get('task', '?')}{where} ({holder_text(record)}, for {time.time() - started:.0f} s)"
+
+
 def holders(folder: Path | None = None) -> list[str]:
-    """Who holds the slots now, as `task (pid P on HOST, for N s)`; a slot whose holder is gone
-    is free (its lock went with its process) and is not listed."""
+    """Who holds the slots now (`holder_line`); a slot whose holder is gone is free (its lock
+    went with its process) and is not listed."""
     folder = folder or slot_dir()
     found = []
     for path in sorted(folder.glob("gpu-*.lock")):
@@ -73,13 +89,11 @@ def holders(folder: Path | None = None) -> list[str]:
             except BlockingIOError:
                 pass
             with contextlib.suppress(ValueError):
-                owner = json.loads(handle.read() or "{}")
-                found.append(f"{owner.get('task', '?')} (pid {owner.get('pid')} on {owner.get('host')}, for "
-                             f"{time.time() - owner.get('since', time.time()):.0f} s)")
+                found.append(holder_line(json.loads(handle.read() or "{}")))
     return found
 
 
-def _try_slot(path: Path, task: str) -> int | None:
+def _try_slot(path: Path, task: str, workspace: Path | str | None) -> int | None:
     """The descriptor of ``path`` locked and stamped with this process as its holder, or None
     when another process holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # not inherited by child processes
@@ -88,7 +102,8 @@ def _try_slot(path: Path, task: str) -> int | None:
     except BlockingIOError:
         os.close(fd)
         return None
-    owner = {"pid": os.getpid(), "host": socket.gethostname(), "task": task, "since": time.time()}
+    owner = {"task": task, "workspace": str(workspace) if workspace else None, "pid": os.getpid(),
+             "host": socket.gethostname(), "command": this_command(), "started": time.time()}  # fmt: skip
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(owner).encode(), 0)
     return fd
@@ -106,9 +121,11 @@ def _run_logger() -> logging.Logger | logging.LoggerAdapter:
 
 
 @contextlib.contextmanager
-def gpu_slot(task: str) -> Iterator[int]:
+def gpu_slot(task: str, workspace: Path | str | None = None) -> Iterator[int]:
     """Hold one of this machine's `gpu` slots while the block runs (waiting for one, and saying
-    so, when all are taken); yields the slot's number."""
+    who holds them, when all are taken); yields the slot's number. ``task`` is the verb and what
+    it works on (`train m`, `encode m`), ``workspace`` the workspace it works for: what a waiting
+    run is told about this holder. Wrap only the loop that uses the device."""
     slots, why = gpu_slots()
     folder = slot_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,7 +133,7 @@ def gpu_slot(task: str) -> Iterator[int]:
     report_at, announced = GRACE_S, False
     while True:
         for number in range(slots):
-            fd = _try_slot(folder / f"gpu-{number}.lock", task)
+            fd = _try_slot(folder / f"gpu-{number}.lock", task, workspace)
             if fd is None:
                 continue
             try:

@@ -39,6 +39,7 @@ from ...pipelines.dense.sharded_encoding import (
     default_devices,
     encode_corpus,
     encode_shard,
+    finished_encoding,
     iter_corpus_shards,
     prepare_out_dir,
     read_manifest,
@@ -126,13 +127,8 @@ def _tell_restart(reason: str | None) -> None:
 def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int, dtype: str,
                 precision: str) -> EncodeReport:  # fmt: skip
     """Encode in this process (one worker process per GPU when there are several), holding one of
-    this machine's `gpu` slots."""
-    with gpu_slot(f"encode {ref.name}"):
-        return _encode_here(workspace, ref, shard_size, batch_size, dtype, precision)
-
-
-def _encode_here(workspace: str, ref: ModelRef, shard_size: int, batch_size: int, dtype: str,
-                 precision: str) -> EncodeReport:  # fmt: skip
+    this machine's `gpu` slots for the encoding loop only: embeddings that are complete for this
+    model and these passages are a no-op found before, whoever holds the slots."""
     ws = Workspace.resolve(workspace)
     remember_model(ws, ref)
     build = dense_build(ws, ref)
@@ -140,15 +136,22 @@ def _encode_here(workspace: str, ref: ModelRef, shard_size: int, batch_size: int
     devices = default_devices()
     wanted = wanted_manifest(retriever, build.passages_version, shard_size, batch_size, dtype, precision,  # type: ignore[arg-type]
                              devices)  # type: ignore[arg-type]  # fmt: skip
+    done = finished_encoding(build.embeddings, wanted)
+    if done is not None:
+        stage_logger().info("%s: embeddings complete for this model and corpus; nothing to encode", build.embeddings)
+        return EncodeReport(model=ref.name, embeddings=str(build.embeddings), passages=done.num_passages,
+                            shards=len(done.shards), dim=done.dim, dtype=done.dtype, precision=done.precision,
+                            encoded_now=0, devices=[d or "cpu" for d in devices], noop=True)  # fmt: skip
     reuse = _previous_vectors(ws, ref, wanted)
-    started = time.perf_counter()
-    result = encode_corpus(
-        retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096), build.embeddings,
-        corpus_fingerprint=build.passages_version, shard_size=shard_size, batch_size=batch_size, dtype=dtype,  # type: ignore[arg-type]
-        devices=devices, precision=precision,  # type: ignore[arg-type]
-        retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
-        total=ws.rows("passages"), reuse=reuse,
-    )  # fmt: skip
+    with gpu_slot(f"encode {ref.name}", ws.root):
+        started = time.perf_counter()  # the encoding's own time, not the wait for the slot
+        result = encode_corpus(
+            retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096), build.embeddings,
+            corpus_fingerprint=build.passages_version, shard_size=shard_size, batch_size=batch_size, dtype=dtype,  # type: ignore[arg-type]
+            devices=devices, precision=precision,  # type: ignore[arg-type]
+            retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
+            total=ws.rows("passages"), reuse=reuse,
+        )  # fmt: skip
     _tell_restart(result.restart_reason)
     removed = 0
     if not result.skipped:
@@ -185,18 +188,11 @@ def encode_shard_task(
 ) -> tuple[Any, str, bool]:  # fmt: skip
     """Encode one planned shard and write its files; returns (its ShardInfo, the device used,
     whether it encoded: a shard this run wrote already is taken as it is). On this machine's
-    runners a task holds a `gpu` slot (``machine_slot``); on a cluster the workers' declared
-    capacity decides instead."""
-    with gpu_slot(f"encode shard {shard['index']}") if machine_slot else contextlib.nullcontext():
-        return _encode_one_shard(workspace, passage_path, ShardRange(**shard), files, Path(out_dir), batch_size,
-                                 precision, dtype, threads, model_fingerprint, dim)  # fmt: skip
-
-
-def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, files: list[dict[str, Any]],
-                      out_dir: Path, batch_size: int, precision: str, dtype: str, threads: int | None,
-                      model_fingerprint: str, dim: int) -> tuple[Any, str, bool]:  # fmt: skip
+    runners a task holds a `gpu` slot (``machine_slot``) while it encodes (not to find its shard
+    written already); on a cluster the workers' declared capacity decides instead."""
     limit_threads(threads)
     ws = Workspace.resolve(workspace)
+    planned, out = ShardRange(**shard), Path(out_dir)
     device = _task_device(planned.index)
     resolve_precision(precision, [device])  # type: ignore[arg-type]  # refuses fp16 on a worker without a GPU
     try:  # the same column and null checks as the streamed path
@@ -208,7 +204,7 @@ def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, fi
             f"shard {planned.index} (passages {planned.start}..{planned.stop - 1}): {error}"
         ) from error
     ids, titles, texts = shard_columns(passages)
-    done = written_shard(out_dir, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
+    done = written_shard(out, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
     if done is not None:
         return done, device or "cpu", False
     loaded = loaded_model(passage_path)
@@ -219,9 +215,10 @@ def _encode_one_shard(workspace: str, passage_path: str, planned: ShardRange, fi
             f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
             "again"
         )
-    vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
-                           precision=precision)  # type: ignore[arg-type]  # fmt: skip
-    return write_shard(out_dir, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
+    with gpu_slot(f"encode shard {planned.index}", ws.root) if machine_slot else contextlib.nullcontext():
+        vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
+                               precision=precision)  # type: ignore[arg-type]  # fmt: skip
+    return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
 
 
 @flow(name="dense-encode-mapped")

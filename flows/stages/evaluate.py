@@ -19,6 +19,7 @@ from prefect import flow, task
 from ...pipelines.evaluation.answers import match_mode
 from ...pipelines.evaluation.metrics import (
     DEFAULT_KS,
+    derived_judgments,
     metrics_table,
     qrels_from_questions,
     render_recall_plot,
@@ -44,7 +45,9 @@ def split_summary(split: dict[str, Any]) -> str:
     if "questions_with_answers" in split:
         line += f", {split['questions_with_answers']:,} with answers (answer match)"
     if "questions_judged" in split:
-        line += f", {split['questions_judged']:,} judged (relevance from {split['qrels_source']})"
+        derived = "".join(f"; {count:,} of them derived from their answers by {origin} (odqa positives)"
+                          for origin, count in split.get("qrels_derived", {}).items())  # fmt: skip
+        line += f", {split['questions_judged']:,} judged (relevance from {split['qrels_source']}{derived})"
     if split.get("passages_missing"):
         line += f"; {split['passages_missing']:,} retrieved passages missing from the passages table"
     return line
@@ -87,8 +90,11 @@ def score_run(ws: Workspace, run: str, ks: tuple[int, ...], match: str) -> list[
     for dataset, split in pairs:
         questions = load_questions(ws, dataset, split, EVALUATION_COLUMNS)
         qrels, source = split_judgments(ws, dataset, split, questions)
-        results.append(score_split(rows, questions, dataset=dataset, split=split, ks=ks, mode=match_mode(dataset, match),
-                                   passage_texts=texts, qrels=qrels, qrels_source=source, passages_missing=missing))  # fmt: skip
+        scores = score_split(rows, questions, dataset=dataset, split=split, ks=ks, mode=match_mode(dataset, match),
+                             passage_texts=texts, qrels=qrels, qrels_source=source, passages_missing=missing)  # fmt: skip
+        if source == "positive_ids" and (derived := derived_judgments(questions)):
+            scores.info["qrels_derived"] = derived  # judged questions whose positives came from a retriever
+        results.append(scores)
     return results
 
 

@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -68,6 +69,7 @@ from ..plumbing.console import tell
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs, run_log_env
 from ..plumbing.skip_unchanged import current_fingerprint, finished_report
+from .positives import derive_command
 
 LAUNCH_FILE = "launch.json"  # node 0's job is ready for the other nodes (its stage fingerprint, endpoint)
 JOIN_TIMEOUT_S = 1800.0
@@ -120,13 +122,41 @@ def load_examples_task(workspace: str, dataset: str, split: str, output: str, ha
     examples, skipped = examples_from_tables(questions, passages)
     examples = with_gate_targets(ws, examples, passages, gate_targets)
     if not examples:
-        raise ValueError(f"{dataset}:{split}: none of its {questions.num_rows} questions has a positive passage "
-                         f"present in the passages table ({dict(skipped)})")  # fmt: skip
+        raise ValueError(no_positives_text(dataset, split, questions.num_rows, skipped))
+    if answer_only := skipped.get("question_without_positive", 0):
+        tell("%s:%s: %s of %s questions have no positive passage and are left out; `%s` gives them positives from "
+             "their answers", dataset, split, f"{answer_only:,}", f"{questions.num_rows:,}",
+             derive_command(dataset, split))  # fmt: skip
     write_examples(examples, Path(output))
     return ExamplesReport(examples=len(examples), skipped=dict(skipped),
                           domains=sorted({d for e in examples for d in e.domains}),
                           with_hard_negatives=sum(1 for e in examples if e.hard_negatives),
                           hard_negatives_used=sum(min(hard_negatives, len(e.hard_negatives)) for e in examples))  # fmt: skip
+
+
+def no_positives_text(dataset: str, split: str, questions: int, skipped: Mapping[str, int]) -> str:
+    """Why a question set gives no training example, and the way out: answer-only questions get
+    positives by distant supervision (`odqa positives`); positive ids that name no passage need
+    the passages they come from."""
+    reasons = []
+    if answer_only := skipped.get("question_without_positive", 0):
+        reasons.append(f"{answer_only:,} have no positive passage (answer-only questions): give them positives from "
+                       f"their answers with `{derive_command(dataset, split)}` (DPR's distant supervision; the `positives` "
+                       "deployment in the UI)")  # fmt: skip
+    if unknown := skipped.get("question_without_known_positive", 0):
+        reasons.append(f"{unknown:,} name positive passages that are not in the passages table: import the passages "
+                       "they come from")  # fmt: skip
+    return (f"{dataset}:{split}: none of its {questions:,} questions has a positive passage in the passages table; "
+            + "; ".join(reasons))  # fmt: skip
+
+
+def check_has_positives(ws: Workspace, spec: DatasetSpec) -> None:
+    """Refuse at once (before negatives are built or a model loaded) a question set none of whose
+    questions has a positive id: an answer-only set, which `odqa positives` gives positives."""
+    stored = load_questions(ws, spec.dataset, spec.split, ["positive_ids"]).column("positive_ids")
+    if not any(stored.to_pylist()):
+        raise ValueError(no_positives_text(spec.dataset, spec.split, len(stored),
+                                           {"question_without_positive": len(stored)}))  # fmt: skip
 
 
 def ensure_hard_negatives(ws: Workspace, spec: DatasetSpec, count: int) -> None:
@@ -217,14 +247,15 @@ def describe_devices(gpus: int) -> str | None:
 
 
 @task(name="train-retriever")
-def train_task(job_file: str, gpus: int, nodes: int = 1, node_rank: int = 0,
-               rdzv_endpoint: str | None = None) -> TrainResult | None:  # fmt: skip
+def train_task(job_file: str, gpus: int, nodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
+               workspace: str | None = None) -> TrainResult | None:  # fmt: skip
     """Train in this process, or under torchrun (several GPUs or machines), holding one of this
-    machine's `gpu` slots; returns the result rank 0 wrote (None on a joining node whose node 0
+    machine's `gpu` slots for the training loop (in the name of ``workspace``, what a run waiting
+    for the slot is told); returns the result rank 0 wrote (None on a joining node whose node 0
     registered the model already)."""
     job = TrainingJob.read(Path(job_file))
     launch = Launch(gpus, nodes, node_rank, rdzv_endpoint)
-    with gpu_slot(f"train {Path(job_file).parent.name}"):
+    with gpu_slot(f"train {Path(job_file).parent.name}", workspace):
         if launch.distributed:
             command = launch.torchrun(job_file, run_id=Path(job_file).parent.name)
             subprocess.run(command, check=True, env={**os.environ, **run_log_env()})
@@ -308,6 +339,8 @@ def train_flow(
     dev_spec = DatasetSpec.parse(dev, with_weight=False) if dev else None
     base_path = resolve_model(ws, base).path
     params = train_params(retriever, training, train, dev, gpus)
+    for spec in [*specs, *([dev_spec] if dev_spec else [])]:
+        check_has_positives(ws, spec)
     if training.hard_negatives > 0:
         for spec in specs:
             ensure_hard_negatives(ws, spec, training.hard_negatives)
@@ -316,7 +349,7 @@ def train_flow(
     stage_fp = current_fingerprint(ws, stage, fingerprint(stage, params, *inputs),
                                    fingerprint(stage, train_params(retriever, training, train, dev, gpus, True), *inputs))
     if launch.node_rank > 0:  # node 0 holds the model's writer lock and registers the model
-        return _join_training(training_dir(ws, model_id), stage_fp, launch, TrainReport(
+        return _join_training(ws, training_dir(ws, model_id), stage_fp, launch, TrainReport(
             model_id=model_id, arch=arch, parameters=0, path=str(model_dir(ws, model_id)), base=base, trained_on=""))
     # One training per model id: a second `odqa train --model-id` of the same id is refused, naming
     # this run, instead of training into (or deleting) the same folder.
@@ -360,7 +393,7 @@ def train_flow(
         if launch.nodes > 1:
             atomic_write_json(work / LAUNCH_FILE, {"stage_fingerprint": stage_fp, **asdict(launch)})
         with flow_run_logs():  # progress records from any thread of this process reach this run's logs
-            result = train_task(str(job_file), gpus, nodes, node_rank, rdzv_endpoint)
+            result = train_task(str(job_file), gpus, nodes, node_rank, rdzv_endpoint, str(ws.root))
 
         trained_on = ",".join(f"{s.name}:{s.weight:g}" for s in train_sets)
         stored = {
@@ -393,7 +426,7 @@ def train_flow(
         return report
 
 
-def _join_training(work: Path, stage_fp: str, launch: Launch, report: TrainReport) -> TrainReport:
+def _join_training(ws: Workspace, work: Path, stage_fp: str, launch: Launch, report: TrainReport) -> TrainReport:
     """Node ``launch.node_rank`` > 0: wait for node 0's job of the same parameters and data (its
     launch file in the shared training folder), then run this node's torchrun into its
     rendezvous. Node 0 registers the model; this node reports the steps it trained."""
@@ -411,7 +444,8 @@ def _join_training(work: Path, stage_fp: str, launch: Launch, report: TrainRepor
                                f"within {JOIN_TIMEOUT_S:.0f} s (run the same command there with --node-rank 0)")
         time.sleep(JOIN_POLL_S)
     with flow_run_logs():
-        result = train_task(str(work / "job.json"), launch.gpus, launch.nodes, launch.node_rank, launch.rdzv_endpoint)
+        result = train_task(str(work / "job.json"), launch.gpus, launch.nodes, launch.node_rank, launch.rdzv_endpoint,
+                            str(ws.root))
     if result is not None:
         report.steps, report.final_loss, report.parameters = result.steps, round(result.final_loss, 4), result.parameters
     return report

@@ -422,6 +422,16 @@ def default_devices() -> list[str | None]:
     return [None]
 
 
+def finished_encoding(out_dir: Path | str, wanted: EncodingManifest) -> EncodingManifest | None:
+    """The manifest of ``out_dir`` when it holds a complete encoding that ``wanted`` would
+    reuse whole (same model, corpus and settings): encoding again is a no-op. A cheap read, so
+    a stage can find it out before it waits for a device."""
+    existing = read_manifest(out_dir)
+    if existing is not None and existing.complete and existing.identity() == wanted.identity():
+        return existing
+    return None
+
+
 def prepare_out_dir(out_dir: Path, wanted: EncodingManifest) -> tuple[EncodingManifest, str | None]:
     """Reuse the finished shards of a matching manifest, or clear the directory and explain why.
 

@@ -161,6 +161,19 @@ class AnswerMatcher:
             (prepared.found_in(self._form(p)) for p in passage_ids), dtype=bool, count=len(passage_ids)
         )
 
+    def first(self, passage_ids: Sequence[Hashable], answers: Sequence[str], count: int, *,
+              containing: bool) -> list[Hashable]:  # fmt: skip
+        """The first ``count`` of ``passage_ids`` (in their order) that contain one of ``answers``
+        (``containing``) or contain none of them (hard negatives). Passages are looked at
+        ``count`` at a time, so a long ranking is prepared only as far as it is needed."""
+        chosen: list[Hashable] = []
+        for start in range(0, len(passage_ids), count):
+            window = passage_ids[start : start + count]
+            chosen.extend(p for p, hit in zip(window, self.hits(window, answers), strict=True) if hit == containing)
+            if len(chosen) >= count:
+                break
+        return chosen[:count]
+
 
 def match_mode(dataset: str, match: str = "auto") -> MatchMode:
     """`auto`: DPR's regex mode for CuratedTREC (its answers are patterns), string otherwise."""

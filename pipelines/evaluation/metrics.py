@@ -30,6 +30,7 @@ import io
 import itertools
 import re
 import textwrap
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -178,6 +179,17 @@ def qrels_from_questions(questions: pa.Table) -> dict[str, dict[str, int]]:
         if positives:
             qrels[qid] = {str(pid): 1 for pid in positives}
     return qrels
+
+
+def derived_judgments(questions: pa.Table) -> dict[str, int]:
+    """How many questions' ``positive_ids`` were derived from their answers (``positives_from``,
+    `odqa positives`), by what: judgments made by a retriever favour that retriever, so qrels
+    metrics over them are reported with this."""
+    if "positives_from" not in questions.column_names:
+        return {}
+    derived = Counter(origin for origin, ids in zip(questions["positives_from"].to_pylist(),
+                                                    questions["positive_ids"].to_pylist(), strict=True) if origin and ids)
+    return dict(sorted(derived.items()))
 
 
 def qrels_scores(

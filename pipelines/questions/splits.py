@@ -116,6 +116,7 @@ def questions_table(dataset: str, assigned: Sequence[tuple[str, Triple]], templa
         "positive_ids": empty,
         "hard_negative_ids": empty,
         "domains": empty,
+        "positives_from": [None] * len(assigned),
     }
     return pa.table(columns, schema=QUESTION_SCHEMA)
 

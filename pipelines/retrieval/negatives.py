@@ -8,6 +8,9 @@ evaluation) and is not one of the question's gold positives.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pyarrow as pa
 
 from ..evaluation.answers import AnswerMatcher
@@ -22,6 +25,24 @@ HARD_NEGATIVES_SCHEMA = pa.schema(
         pa.field("hard_negative_ids", pa.list_(pa.string()), nullable=False),
     ]
 )
+
+# What one index and parameters found, kept by question content (`negatives_keys`) to be reused.
+SEARCHED_NEGATIVES_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("hard_negative_ids", pa.list_(pa.string()), nullable=False),
+    ]
+)
+
+
+def negatives_keys(questions: pa.Table) -> list[str]:
+    """Per question, a key of everything its BM25 negatives depend on besides the index and the
+    parameters: its text, answers and positives (not its id). Copies of one question under other
+    ids and splits (a recipe's training copies, one per architecture) share the key, so their
+    negatives are searched once and reused."""
+    columns = [questions[name].to_pylist() for name in ("question", "answers", "positive_ids")]
+    return [hashlib.sha256(json.dumps([text, answers or [], sorted(positives or [])]).encode("utf-8")).hexdigest()
+            for text, answers, positives in zip(*columns, strict=True)]  # fmt: skip
 
 
 def select_hard_negatives(
@@ -50,12 +71,6 @@ def select_hard_negatives(
     for qid, question_answers, question_positives in track(rows, "BM25 negatives", "questions", total=len(qids)):
         excluded = {str(p) for p in question_positives or ()}
         candidates = [pid for pid in ranked.get(qid, []) if str(pid) not in excluded]
-        chosen: list[str] = []
-        for start in range(0, len(candidates), count):
-            window = candidates[start : start + count]
-            hits = matcher.hits(window, question_answers or [])
-            chosen.extend(str(pid) for pid, hit in zip(window, hits, strict=True) if not hit)
-            if len(chosen) >= count:
-                break
-        negatives.append(chosen[:count])
+        chosen = matcher.first(candidates, question_answers or [], count, containing=False)
+        negatives.append([str(pid) for pid in chosen])
     return pa.table([qids, negatives], schema=HARD_NEGATIVES_SCHEMA)

@@ -8,7 +8,6 @@ from pathlib import Path
 from odqa.pipelines.evaluation.metrics import qrels_from_questions
 from odqa.pipelines.passage_formats import read_beir_corpus
 from odqa.storage import Workspace
-from tests.bm25.test_cli_end_to_end import java  # noqa: F401  (fixture: skips without a JDK)
 from tests.models.filled_workspace import fill_workspace
 
 
@@ -42,7 +41,7 @@ def test_export_beir_writes_corpus_queries_and_the_evaluated_qrels(cli, tmp_path
     assert _read_qrels(out / "qrels" / "train.tsv") == qrels_from_questions(questions)
 
 
-def test_trec_run_gets_a_run_card(cli, java, tmp_path):  # noqa: F811
+def test_trec_run_gets_a_run_card(cli, java, tmp_path):
     root = tmp_path / "ws"
     fill_workspace(root)
     w = ("--workspace", str(root))

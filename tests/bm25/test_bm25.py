@@ -17,7 +17,6 @@ from odqa.pipelines.retrieval.bm25 import (
     open_bm25_index,
     passage_contents,
 )
-from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 from odqa.pipelines.retrieval.negatives import select_hard_negatives
 from odqa.pipelines.search.bm25_searcher import Bm25Searcher
 from odqa.pipelines.search.searcher import Searcher, search_run
@@ -38,14 +37,6 @@ PASSAGES = [
     ("p8", "Rome", "Rome is the capital city of Italy."),
 ]
 TEXTS = {pid: passage_contents(title, text) for pid, title, text in PASSAGES}
-
-
-@pytest.fixture(scope="module")
-def java() -> None:
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"no usable JDK: {error}")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from odqa.pipelines.evaluation.answers import has_answer
-from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 PASSAGES = [
     ("1", "Zorbania is a landlocked country. Its longest river is the Quellor.", "Zorbania"),
@@ -39,14 +38,6 @@ QAS = [
     ("Above which valley does Hollow Peak rise?", ["Tessaly"]),
 ]
 # R@1 = 3/5 (q1, q3, q5), R@2 = R@5 = 4/5 (q2 joins at rank 2)
-
-
-@pytest.fixture(scope="module")
-def java() -> None:
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"no usable JDK: {error}")
 
 
 def write_inputs(folder: Path) -> tuple[Path, Path]:

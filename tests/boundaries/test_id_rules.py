@@ -25,7 +25,6 @@ from odqa.storage.ids import (
     check_question_id,
     check_run_name,
 )
-from tests.bm25.test_cli_end_to_end import java  # noqa: F401  (fixture: skips without a JDK)
 from tests.boundaries.conftest import workspace_state
 from tests.models.filled_workspace import fill_workspace
 
@@ -138,7 +137,7 @@ def test_model_ids_and_run_names_are_refused_when_the_command_is_parsed(cli, tmp
     assert result.exit_code == 2 and "starts with '.'" in result.output, result.output
 
 
-def test_a_bad_passage_id_in_an_older_workspace_does_not_fail_the_bm25_index(cli, java, tmp_path: Path) -> None:  # noqa: F811
+def test_a_bad_passage_id_in_an_older_workspace_does_not_fail_the_bm25_index(cli, java, tmp_path: Path) -> None:
     """Rows an older odqa let in (written straight into the table here) are skipped and counted."""
     root = tmp_path / "ws"
     fill_workspace(root)

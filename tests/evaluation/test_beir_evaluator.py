@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.bm25.test_cli_end_to_end import java  # noqa: F401  (fixture: skips without a JDK)
 from tests.conftest import shared_data
 from tests.experiments.tiny_encoder import write_tiny_encoder
 
@@ -57,7 +56,7 @@ def _beir_figures(
 
 
 @pytest.mark.timeout(1200)
-def test_beir_evaluator_agrees_with_odqa_evaluate(cli, java, tmp_path, monkeypatch):  # noqa: F811
+def test_beir_evaluator_agrees_with_odqa_evaluate(cli, java, tmp_path, monkeypatch):
 
     squad = shared_data("squad24")  # skips when ../shared/data is absent
     w = ("-w", str(tmp_path / "ws"))

@@ -41,6 +41,9 @@ def test_dual_encoders_experiment_gives_table_plot_artifact_and_metrics(cli, sam
         assert cells[2] == f"{counts[model] / 1e6:.1f}M", cells  # the parameter count of the trained model
         assert cells[3] == f"{counts[model] / counts['dual-encoders-sde-round1']:.2f}x", cells
     assert counts["dual-encoders-ade-round1"] > 1.9 * counts["dual-encoders-sde-round1"]  # two towers vs one
+    # every arch trains on its own copy of the same questions: their BM25 negatives are searched once
+    train = ws.sql("SELECT count(*) AS n FROM questions WHERE dataset = 'trex' AND split = 'train'")["n"][0].as_py()
+    assert f"BM25 negatives: {train} questions searched, {2 * train} reused across the 3 retrievers" in out, out
     for row in ws.sql("SELECT config FROM models").to_pylist():
         training = json.loads(row["config"])["training"]
         assert training["bucket_tokens"] == 64 and {name: training[name] for name in recorded} == recorded

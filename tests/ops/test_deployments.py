@@ -28,6 +28,7 @@ FLOW_NAMES = {
     "odqa.flows.stages.holdout:holdout_flow": "holdout",
     "odqa.flows.stages.bm25:bm25_index_flow": "bm25-index",
     "odqa.flows.stages.negatives:bm25_negatives_flow": "negatives-bm25",
+    "odqa.flows.stages.positives:derive_positives_flow": "positives",
     "odqa.flows.stages.mine:mine_flow": "mine-negatives",
     "odqa.flows.stages.index:index_build_flow": "dense-index-build",
     "odqa.flows.stages.retrieve:retrieve_flow": "retrieve",
@@ -48,7 +49,8 @@ def test_prefect_yaml_has_a_deployment_per_flow_and_a_scheduled_reindex() -> Non
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     deployments = {d["name"]: d for d in spec["deployments"]}
     assert set(deployments) == {"ingest", "import-passages", "import-questions", "holdout", "label", "questions",
-                                "bm25-index", "negatives", "train", "mine", "index-build", "retrieve", "evaluate", "tune-hybrid",
+                                "bm25-index", "negatives", "positives", "train", "mine", "index-build", "retrieve",
+                                "evaluate", "tune-hybrid",
                                 "train-rounds", "experiment-dual-encoders", "experiment-taser", "pipeline",
                                 "reindex"}  # fmt: skip
     assert {d["entrypoint"] for d in deployments.values()} == set(FLOW_NAMES)

