@@ -33,7 +33,8 @@ from ...storage.fingerprint import fingerprint
 from ...storage.passages import passage_texts, passages_with_ids
 from ...storage.questions import load_questions, set_derived_positives
 from ...storage.reports import Report
-from ..plumbing.runtime import flow_run_logs, stage_logger
+from ..plumbing.report_text import log_report
+from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
 from .index import ensure_dense_index
 
@@ -121,6 +122,7 @@ def derive_positives_flow(
                                questions["answers"].to_pylist(), own)  # fmt: skip
         done = finished_report(ws, stage, stage_fp, PositivesReport, "same questions, index and parameters")
         if done is not None:
+            log_report(f"positives {dataset}/{split}", done)
             return done
         wanted = pa.array([needs_positives(ids, origin) for ids, origin in zip(
             questions["positive_ids"].to_pylist(), questions["positives_from"].to_pylist(), strict=True)])  # fmt: skip
@@ -150,5 +152,5 @@ def derive_positives_flow(
             derived_share=round(given / searched.num_rows, 4) if searched.num_rows else 0.0,
         )  # fmt: skip
         tx.report = report.ledger()
-    stage_logger().info("%s: %s", stage, report)
+    log_report(f"positives {dataset}/{split}", report)
     return report
