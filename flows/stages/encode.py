@@ -13,6 +13,12 @@ The vectors of a passages version live in `indexes/dense/<model key>/<version>/e
 unchanged passages of an earlier version (`pipelines.dense.passage_diff`: same id, title and
 text), so after a small change of the corpus only the new and changed passages are encoded.
 Re-running with unchanged passages and model is a no-op; a kill resumes after the last shard.
+
+Token ids come from the workspace's `passage_tokens` table (`storage.passage_tokens`), keyed by
+the model's tokenizer content, passage format and maximum length: only passages it lacks are
+tokenized (in worker processes) and added, so a second model with the same tokenizer, a mining
+round's re-encode or a re-index tokenizes nothing it has seen. The report says how many passages
+were tokenized and how many had their ids reused.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from ...pipelines.dense.sharded_encoding import (
 from ...storage import Workspace
 from ...storage.index_layout import IndexLayout
 from ...storage.model_registry import ModelRef, resolve_model
+from ...storage.passage_tokens import PassageTokenStore
 from ...storage.passages import PASSAGE_COLUMNS, passages_in_range, require_passages
 from ...storage.reports import Report
 from ..plumbing.concurrency_slots import gpu_slot
@@ -83,6 +90,8 @@ class EncodeReport(Report):
     dtype: str
     precision: str
     encoded_now: int  # passages encoded by this call (0 when the embeddings were complete)
+    tokenized: int = 0  # passages tokenized by this call
+    tokens_reused: int = 0  # passages whose token ids came from the passage_tokens table
     reused: int = 0  # vectors taken over from the model's encoding of earlier passages
     removed: int = 0  # passages of that earlier encoding no longer in the corpus
     seconds: float = 0.0
@@ -115,6 +124,13 @@ def stored_dtype(ws: Workspace, ref: ModelRef, dtype: str | None) -> str:
         return dtype
     existing = read_manifest(dense_build(ws, ref).embeddings)
     return existing.dtype if existing is not None else "float32"
+
+
+def token_store(ws: Workspace, retriever: object) -> PassageTokenStore | None:
+    """The stored token ids of the retriever's tokenization, if it has a fast tokenizer."""
+    make = getattr(retriever, "passage_tokenizer", None)
+    tokenizer = make() if callable(make) else None
+    return PassageTokenStore(ws, tokenizer.tokenization()) if tokenizer is not None else None
 
 
 def _tell_restart(reason: str | None) -> None:
@@ -150,7 +166,7 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
             corpus_fingerprint=build.passages_version, shard_size=shard_size, batch_size=batch_size, dtype=dtype,  # type: ignore[arg-type]
             devices=devices, precision=precision,  # type: ignore[arg-type]
             retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
-            total=ws.rows("passages"), reuse=reuse,
+            total=ws.rows("passages"), reuse=reuse, token_store=token_store(ws, retriever),
         )  # fmt: skip
     _tell_restart(result.restart_reason)
     removed = 0
@@ -164,7 +180,8 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
         dim=manifest.dim, dtype=manifest.dtype, precision=manifest.precision,
         encoded_now=result.encoded_passages - result.reused_passages, reused=result.reused_passages,
         removed=removed, seconds=round(time.perf_counter() - started, 3), devices=[d or "cpu" for d in devices],
-        restarted=result.restart_reason, noop=result.skipped,
+        restarted=result.restart_reason, noop=result.skipped, tokenized=result.tokenized,
+        tokens_reused=result.tokens_reused,
     )  # fmt: skip
 
 
