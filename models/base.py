@@ -111,8 +111,13 @@ class Retriever(nn.Module):
     def passage_tokenizer(self) -> PassageTokenizer | None:
         """What `tokenize_passages` does, as a picklable tokenizer whose fingerprint keys the
         stored token ids; None for a slow tokenizer (passages are then tokenized as before)."""
-        with _TOKENIZER_LOCK:
-            return PassageTokenizer.from_hf(self.tokenizer, self.config.passage_input, self.config.passage_max_length)
+        key = (id(self.tokenizer), self.config.passage_input, self.config.passage_max_length)
+        cached = self.__dict__.get("_passage_tokenizer")
+        if cached is None or cached[0] != key:  # made once per tokenizer and settings: copying it costs ~0.1 s
+            with _TOKENIZER_LOCK:
+                cached = (key, PassageTokenizer.from_hf(self.tokenizer, *key[1:]))
+            self.__dict__["_passage_tokenizer"] = cached
+        return cached[1]
 
     def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> Inputs:
         arguments = self.passage_arguments(titles, texts)

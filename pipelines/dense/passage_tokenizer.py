@@ -23,7 +23,7 @@ import os
 import pickle
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ class PassageTokenizer:
     backend: Any  # tokenizers.Tokenizer, truncation set, padding off
     passage_input: str
     max_length: int
+    _fingerprint: list[str] = field(default_factory=list, compare=False, repr=False)  # computed once
 
     @classmethod
     def from_hf(cls, tokenizer: Any, passage_input: str, max_length: int) -> PassageTokenizer | None:
@@ -71,10 +72,12 @@ class PassageTokenizer:
     def fingerprint(self) -> str:
         """SHA-256 of the tokenizer's content (vocabulary, normalizer, pre-tokenizer, post-processor,
         added tokens), with the per-call truncation and padding settings left out."""
-        content = json.loads(self.backend.to_str())
-        content.pop("truncation", None)
-        content.pop("padding", None)
-        return hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest()
+        if not self._fingerprint:
+            content = json.loads(self.backend.to_str())
+            content.pop("truncation", None)
+            content.pop("padding", None)
+            self._fingerprint.append(hashlib.sha256(json.dumps(content, sort_keys=True).encode("utf-8")).hexdigest())
+        return self._fingerprint[0]
 
     def tokenization(self) -> Tokenization:
         """The key the stored token ids of this tokenizer, format and length live under."""

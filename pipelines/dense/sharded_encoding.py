@@ -308,12 +308,18 @@ class TokenizedShard:
         memory with ``pin``, so the copy to the GPU can run while the host goes on)."""
         lengths = self.lengths[positions]
         width = int(lengths.max())
-        columns = np.arange(width)
-        valid = columns[None, :] < lengths[:, None]
-        index = np.where(valid, self.starts[positions][:, None] + columns[None, :], 0)
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        # the flat index of every real token, row by row (the order ``out[valid]`` fills in)
+        firsts = np.cumsum(lengths) - lengths
+        source = np.arange(int(lengths.sum())) + np.repeat(self.starts[positions] - firsts, lengths)
         out = {}
         for key, values in self.flat.items():
-            tensor = torch.from_numpy(np.where(valid, values[index], self.pad_values[key]).astype(np.int64))
+            if key == "attention_mask" and self.pad_values[key] == 0:
+                padded = valid.astype(np.int64)  # a real token's mask is 1 (only real tokens are kept)
+            else:
+                padded = np.full(valid.shape, self.pad_values[key], dtype=np.int64)
+                padded[valid] = values[source]
+            tensor = torch.from_numpy(padded)
             out[key] = tensor.pin_memory() if pin else tensor
         return out
 

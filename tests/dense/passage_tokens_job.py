@@ -26,4 +26,4 @@ if __name__ == "__main__":
         part = corpus.slice(start, chunk)
         feed.rows(part.column("passage_id").combine_chunks(), part.column("title").to_pylist(),
                   part.column("text").to_pylist())
-        time.sleep(0.3)
+        time.sleep(0.15)

@@ -23,6 +23,7 @@ from odqa.pipelines.dense.sharded_encoding import (
     EncodedCorpus,
     encode_corpus,
     encode_tokenized,
+    inference_weights,
     tokenize_shard,
 )
 from odqa.pipelines.dense.stored_tokens import TokenFeed, passage_keys
@@ -83,20 +84,32 @@ def test_second_model_reuses_ids_and_vectors_equal_text_encoding(tmp_path, works
     assert [t.tolist() for t in types] == expected["token_type_ids"]
 
 
-def test_changed_passages_only_are_tokenized(tmp_path, workspace, tiny_models):
-    model = _load(tiny_models[0])
-    corpus = make_corpus(80, seed=12)
-    _encode(model, corpus, tmp_path / "v1", workspace)
+def _write_passages(ws, corpus: pa.Table) -> None:
+    rows = corpus.append_column("article_id", pa.array(range(len(corpus)), pa.int64()))
+    with ws.transaction("test-passages") as tx:
+        tx.replace_table("passages")
+        tx.write("passages", rows.append_column("position", pa.array([0] * len(corpus), pa.int32())), source="test")
+
+
+def test_encode_report_counts_a_second_model_and_a_reindex(workspace, tiny_models):
+    """The encode stage (as index builds, mining and re-indexes run it) reads the stored ids: a
+    second model with the same tokenizer tokenizes nothing, changed passages only themselves."""
+    from odqa.flows.stages.encode import encode_task
+    from odqa.storage.model_registry import resolve_model
+
+    corpus = make_corpus(60, seed=12)
+    _write_passages(workspace, corpus)
+    first = encode_task.fn(str(workspace.root), resolve_model(workspace, tiny_models[0]), 50_000, 16, "float32", "auto")
+    assert (first.tokenized, first.tokens_reused, first.encoded_now) == (60, 0, 60)
+    second = encode_task.fn(str(workspace.root), resolve_model(workspace, tiny_models[1]), 50_000, 16, "float32", "auto")
+    assert (second.tokenized, second.tokens_reused) == (0, 60)
     texts = corpus.column("text").to_pylist()
-    for row in (3, 41, 77):
-        texts[row] = texts[row] + " changed"
-    titles = corpus.column("title").to_pylist()
-    titles[10] = "A new title"
-    changed = corpus.set_column(corpus.schema.get_field_index("text"), "text", pa.array(texts))
-    changed = changed.set_column(changed.schema.get_field_index("title"), "title", pa.array(titles))
-    result = _encode(model, changed, tmp_path / "v2", workspace, version="v2")
-    assert (result.tokenized, result.tokens_reused) == (4, 76)
-    assert len(_store(workspace, model)) == 84  # the old rows stay for the snapshot that has them
+    for row in (3, 41):
+        texts[row] += " changed"
+    _write_passages(workspace, corpus.set_column(corpus.schema.get_field_index("text"), "text", pa.array(texts)))
+    reindex = encode_task.fn(str(workspace.root), resolve_model(workspace, tiny_models[0]), 50_000, 16, "float32", "auto")
+    assert (reindex.tokenized, reindex.tokens_reused, reindex.encoded_now, reindex.reused) == (2, 0, 2, 58)
+    assert workspace.sql("SELECT count(*) AS n FROM passage_tokens").to_pylist() == [{"n": 62}]
 
 
 def test_tokenizer_files_key_the_ids_not_its_folder(tmp_path, workspace, tiny_models):
@@ -179,9 +192,14 @@ def test_bf16_weights_stay_within_cosine_of_fp32_on_real_passages():
     from odqa.models.retriever import load_retriever
 
     model = load_retriever(minilm_dir())
-    titles, texts = _squad_passages(8)
+    titles, texts = _squad_passages(4)
     tokens = tokenize_shard(model, titles, texts)
-    fp32 = encode_tokenized(model, tokens, batch_size=8, device=None, precision="fp32")
-    bf16 = encode_tokenized(model, tokens, batch_size=8, device=None, precision="bf16")
+    fp32 = encode_tokenized(model, tokens, batch_size=4, device=None, precision="fp32")
+    bf16 = encode_tokenized(model, tokens, batch_size=4, device=None, precision="bf16")
     assert np.sum(fp32 * bf16, axis=1).min() >= 0.9999
     assert all(p.dtype == torch.float32 for p in model.parameters())
+    cast = inference_weights(model, "bf16")
+    linears = [m for m in cast.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.dtype == torch.bfloat16 for m in linears)
+    assert all(m.weight.dtype == torch.float32 for m in cast.modules() if isinstance(m, torch.nn.LayerNorm))
+    assert inference_weights(model, "fp32") is model and inference_weights(cast, "bf16") is cast
