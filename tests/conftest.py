@@ -19,6 +19,12 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread per process (torch, FAISS), set before either is imported: the two xdist
+# workers and the processes they start already keep every core busy, and OpenMP threads of
+# processes side by side spin-wait against each other. Measured with two copies of
+# tests/experiments/test_experiments.py side by side on 2 cores: 140 -> 100 CPU-s and 297 -> 216 s
+# each. (Tests of thread settings set theirs explicitly.)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
 # Flows in tests run against the session's server (`prefect_server`, on the project's backend),
 # never a temporary SQLite server Prefect would otherwise start for a flow run without one.

@@ -31,6 +31,20 @@ with gpu_slot("train other-model", sys.argv[1]):
 NOOP_LIMIT_S = 60.0
 
 
+def _end_once_waited_for(holder: subprocess.Popen, log: Path, limit_s: float = 300.0) -> None:
+    """Kill `holder` once a run has logged that it waits for the slot it holds (however long a
+    loaded machine takes to get there), or after `limit_s` (the test then fails on the missing line)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and "held by train other-model" not in (
+                log.read_text(errors="replace") if log.exists() else ""):  # fmt: skip
+            time.sleep(0.2)
+        holder.kill()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 @pytest.fixture
 def one_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """This machine with one `gpu` slot, in a folder of the test's own; waiting is said at once."""
