@@ -92,7 +92,7 @@ def test_a_noop_reindex_never_waits_for_the_slot_and_real_work_names_who_holds_i
         assert not [m for m in messages if "gpu slot" in m], messages
 
         # New passages are real work: it waits for the slot, saying who holds it, until the holder ends.
-        threading.Timer(3.0, holder.kill).start()
+        _end_once_waited_for(holder, ws.root / "logs" / "odqa.log")
         out = cli("-w", str(ws.root), "reindex", "--passages", passages_file(tmp_path, "new.tsv", NEW_PASSAGES),
                   "--model", model, "--no-bm25").output  # fmt: skip
     finally:
@@ -108,11 +108,17 @@ def test_a_noop_reindex_never_waits_for_the_slot_and_real_work_names_who_holds_i
 def _latest_reindex(workspace: Path):
     """The id of the newest `reindex` flow run of the workspace (the one the CLI just ran)."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterStartTime,
+    )
     from prefect.client.schemas.sorting import FlowRunSort
 
-    with get_client(sync_client=True) as client:
+    with get_client(sync_client=True) as client:  # started runs only: a deployed schedule's runs have none
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["reindex"])),
+                                     flow_run_filter=FlowRunFilter(start_time=FlowRunFilterStartTime(is_null_=False)),
                                      sort=FlowRunSort.START_TIME_DESC, limit=50)  # fmt: skip
     return next(r.id for r in runs if r.parameters.get("workspace") == str(workspace))
 
