@@ -19,7 +19,7 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# One OpenMP thread per process (torch, FAISS), set before either is imported: the two xdist
+# One OpenMP thread per process (torch, FAISS), set before either is imported: the xdist
 # workers and the processes they start already keep every core busy, and OpenMP threads of
 # processes side by side spin-wait against each other. Measured with two copies of
 # tests/experiments/test_experiments.py side by side on 2 cores: 140 -> 100 CPU-s and 297 -> 216 s
@@ -39,7 +39,7 @@ os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
 os.environ.setdefault("ODQA_SLOT_DIR", str(Path(tempfile.gettempdir()) / f"odqa-test-slots-{os.getpid()}"))
 
 
-#: The test files that take longest (`./run test --durations=150`, 2026-11-28), slowest first. Two
+#: The test files that take longest (`./run test --durations=150`, 2026-11-28), slowest first. The
 #: xdist workers take whole files (`--dist loadfile`) in collection order, so these start first and
 #: the short files fill in around them; collected last, one of them ran alone for the suite's last
 #: half hour. A file missing from the list runs after them, in its usual order.
