@@ -33,6 +33,9 @@ os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
 # schedule of a few seconds sees its runs fired by the scheduler within seconds
 # (tests/boundaries/test_reindex_on_schedule.py).
 os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
+# The servers tests start evaluate no automations (odqa makes none; a user's server keeps them):
+# the triggers service reads every event of every run, ~17% of a server's CPU over small flow runs.
+os.environ.setdefault("PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED", "false")
 # The machine's `gpu` slots are shared by every odqa process of the user; a test session (each
 # pytest-xdist worker, another checkout's suite) takes its own, so one's trainings never make
 # another's wait (tests/ops/test_concurrency_slots.py checks the sharing with a folder of its own).
