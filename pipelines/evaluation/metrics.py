@@ -10,13 +10,13 @@ Two families, with names that never collide in the `metrics` table:
   mean of the per-group figures, the "average over relations" of EntityQuestions' accuracy.py.
   Questions without a group value count in the micro figure only.
 * Relevance-judgment (qrels) metrics for BEIR-style data (DESIRE-ME section 4.1), computed as
-  trec_eval does (`qrels_metrics`) from the questions' ``positive_ids``: ``MAP@100``, ``MRR@100`` (the paper) and ``MRR@10``
-  (DESIRE-ME's reference code, BEIR), ``Recall@100``,
+  trec_eval does (`qrels_metrics`) from the questions' ``positive_ids``: ``MAP@100``,
+  ``MRR@100`` (the paper) and ``MRR@10`` (DESIRE-ME's reference code, BEIR), ``Recall@100``,
   ``nDCG@10``, ``P@1``, ``nDCG@3``. Qrels recall is named ``Recall@K`` because ``R@K`` already
   means answer-based accuracy; only questions with judgments take part (BEIR convention).
 
-The run's ``rank`` column is authoritative for both families (trec_eval would get ``1/rank`` as score), so
-ties in retrieval scores cannot make the two families see different orders.
+The run's ``rank`` column is authoritative for both families (as if trec_eval got ``1/rank`` as
+the score), so ties in retrieval scores cannot make the two families see different orders.
 
 Comparisons use two-sided paired Student's t-tests on per-question scores (scipy's
 ``ttest_rel``, which is what ranx's "student" test runs) with a Bonferroni correction over the
