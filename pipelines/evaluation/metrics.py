@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from ..retrieval.runs import ranked_lists
 from .answers import AnswerMatcher
-from .qrels_metrics import parse_qrels_metric, question_scores
+from .qrels_metrics import question_scores
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -193,8 +193,6 @@ def qrels_scores(
     """
     if not qrels:
         raise ValueError("no relevance judgments (positive_ids) to evaluate against")
-    for name in metrics:
-        parse_qrels_metric(name)
     ranked = ranked_lists(run, None)
     scores: dict[str, dict[str, float]] = {name: {} for name in metrics}
     for qid, judged in qrels.items():

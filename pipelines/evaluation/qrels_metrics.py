@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 
 _METRIC_NAME = re.compile(r"^(MAP|MRR|Recall|nDCG|P)@([1-9][0-9]*)$")
 
 
+@lru_cache(maxsize=64)  # asked once per question and metric
 def parse_qrels_metric(name: str) -> tuple[str, int]:
     """``nDCG@10`` -> ("nDCG", 10); an unknown name is an error naming the known ones."""
     match = _METRIC_NAME.match(name)
