@@ -36,6 +36,11 @@ os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
 # The servers tests start evaluate no automations (odqa makes none; a user's server keeps them):
 # the triggers service reads every event of every run, ~17% of a server's CPU over small flow runs.
 os.environ.setdefault("PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED", "false")
+# Nor do they run the services no test exercises (marking runs Late, expiring pauses, logging every
+# event, the foreman's worker and deployment status): an idle test server's minute 2.3 -> 2.0 CPU-s,
+# over a suite of ~20 servers.
+for _service in ("LATE_RUNS", "PAUSE_EXPIRATIONS", "EVENT_LOGGER", "FOREMAN"):
+    os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{_service}_ENABLED", "false")
 # The machine's `gpu` slots are shared by every odqa process of the user; a test session (each
 # pytest-xdist worker, another checkout's suite) takes its own, so one's trainings never make
 # another's wait (tests/ops/test_concurrency_slots.py checks the sharing with a folder of its own).
