@@ -51,7 +51,7 @@ from ..backend.local_server import (
 )
 from .concurrency_slots import gpu_slots
 from .deployment_forms import deploy_typed_forms
-from .prefect_fixes import drop_null_filter_fields
+from .prefect_fixes import drop_null_filter_fields, share_tls_context
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POOL = "odqa-process"
@@ -167,9 +167,11 @@ def local_prefect(
 
 
 def run_prefect_cli(args: list[str]) -> int:
-    """`python -m odqa.flows.plumbing.server prefect ARGS`: the Prefect CLI with `drop_null_filter_fields` applied and
-    typed Custom run forms for what it deploys (`flows.plumbing.deployment_forms`)."""
+    """`python -m odqa.flows.plumbing.server prefect ARGS`: the Prefect CLI with odqa's fixes applied
+    (`flows.plumbing.prefect_fixes`) and typed Custom run forms for what it deploys
+    (`flows.plumbing.deployment_forms`)."""
     drop_null_filter_fields()
+    share_tls_context()
     deploy_typed_forms()
     from prefect.cli import app
 
