@@ -29,12 +29,16 @@ os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
 # Flows in tests run against the session's server (`prefect_server`, on the project's backend),
 # never a temporary SQLite server Prefect would otherwise start for a flow run without one.
 os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
-# The session's server runs its scheduler every 2 s, not every 60 s, so a test that deploys a
-# schedule of a few seconds sees its runs fired by the scheduler within seconds
-# (tests/boundaries/test_reindex_on_schedule.py).
-os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
-# The servers tests start evaluate no automations (odqa makes none; a user's server keeps them):
-# the triggers service reads every event of every run, ~17% of a server's CPU over small flow runs.
+# The servers tests start run their periodic services every 60 s (Prefect's defaults: cleanup
+# reconciler 5 s, cancellation cleanup 20 s, repossessor 15 s); no test waits on one of them. A
+# new or changed deployment's schedule still gets its runs within ~5 s: the scheduler's
+# recent-deployments loop keeps its 5 s (tests/boundaries/test_reindex_on_schedule.py,
+# test_watch_schedule.py). Measured on an idle test server: 1.65 -> 1.03 CPU-s a minute, over the
+# ~110 server-minutes of a suite.
+for _service in ("CLEANUP_RECONCILER", "CANCELLATION_CLEANUP", "REPOSSESSOR"):
+    os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{_service}_LOOP_SECONDS", "60")
+# They evaluate no automations (odqa makes none; a user's server keeps them): the triggers
+# service reads every event of every run, ~17% of a server's CPU over small flow runs.
 os.environ.setdefault("PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED", "false")
 # Nor do they run the services no test exercises (marking runs Late, expiring pauses, logging every
 # event, the foreman's worker and deployment status): an idle test server's minute 2.3 -> 2.0 CPU-s,

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backend.auth import AUTH_FILE, auth_status, client_auth_string
+from ..backend.auth import AUTH_FILE, api_client, auth_status, client_auth_string
 from ..backend.file_modes import append_log, apply_umask
 from ..backend.local_server import (
     ServerPaths,
@@ -112,10 +112,28 @@ class LocalPrefect:
         self.worker.wait()
 
 
+def create_process_pool(api_url: str, auth_string: str | None, pool: str) -> None:
+    """The process work pool `pool`, made (or reset) as `prefect work-pool create --type process
+    --overwrite` makes it (the same default job template), in this process: the CLI's start-up
+    costs ~5 CPU-s of every `./run server`."""
+    import asyncio
+
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.workers.utilities import get_default_base_job_template_for_infrastructure_type
+
+    async def create() -> None:
+        template = await get_default_base_job_template_for_infrastructure_type("process")
+        async with api_client(api_url, auth_string) as client:
+            await client.create_work_pool(WorkPoolCreate(name=pool, type="process", base_job_template=template),
+                                          overwrite=True)  # fmt: skip
+
+    asyncio.run(create())
+
+
 def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple[int, str]:
     """Work pool and (``deploy``) every deployment of prefect.yaml on the server; returns this
     machine's `gpu` slots and why."""
-    prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
+    create_process_pool(api_url, env.get("PREFECT_API_AUTH_STRING"), pool)
     slots = gpu_slots()
     if deploy:
         prefect(["--no-prompt", "deploy", "--all"], env)

@@ -5,10 +5,15 @@ rules (a caller's ``verify``, PREFECT_API_TLS_INSECURE_SKIP_VERIFY) still apply.
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 import certifi
 from prefect.client.orchestration import PrefectClient, SyncPrefectClient
-from prefect.settings import PREFECT_API_SSL_CERT_FILE, PREFECT_API_TLS_INSECURE_SKIP_VERIFY, temporary_settings
+from prefect.settings import (
+    PREFECT_API_SSL_CERT_FILE,
+    PREFECT_API_TLS_INSECURE_SKIP_VERIFY,
+    temporary_settings,
+)
 
 from odqa.flows.plumbing.prefect_fixes import context_for_settings, share_tls_context, verified_context
 
@@ -30,7 +35,7 @@ def test_clients_share_one_context_per_ca_file(tmp_path) -> None:
     assert shared.verify_mode == ssl.CERT_REQUIRED and shared.check_hostname
 
     bundle = tmp_path / "ca.pem"
-    bundle.write_text(open(certifi.where(), encoding="ascii").read(), encoding="ascii")
+    bundle.write_text(Path(certifi.where()).read_text(encoding="ascii"), encoding="ascii")
     with temporary_settings({PREFECT_API_SSL_CERT_FILE: str(bundle)}):
         own = PrefectClient(API)
     assert _context(own) is verified_context(str(bundle)) is not shared
