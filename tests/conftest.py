@@ -19,21 +19,39 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread per process (torch, FAISS), set before either is imported: the xdist
+# workers and the processes they start already keep every core busy, and OpenMP threads of
+# processes side by side spin-wait against each other. Measured with two copies of
+# tests/experiments/test_experiments.py side by side on 2 cores: 140 -> 100 CPU-s and 297 -> 216 s
+# each. (Tests of thread settings set theirs explicitly.)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENAI_API_KEY", "placeholder-not-used")
 # Flows in tests run against the session's server (`prefect_server`, on the project's backend),
 # never a temporary SQLite server Prefect would otherwise start for a flow run without one.
 os.environ.setdefault("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "false")
-# The session's server runs its scheduler every 2 s, not every 60 s, so a test that deploys a
-# schedule of a few seconds sees its runs fired by the scheduler within seconds
-# (tests/boundaries/test_reindex_on_schedule.py).
-os.environ.setdefault("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "2")
+# The servers tests start run their periodic services every 60 s (Prefect's defaults: cleanup
+# reconciler 5 s, cancellation cleanup 20 s, repossessor 15 s); no test waits on one of them. A
+# new or changed deployment's schedule still gets its runs within ~5 s: the scheduler's
+# recent-deployments loop keeps its 5 s (tests/boundaries/test_reindex_on_schedule.py,
+# test_watch_schedule.py). Measured on an idle test server: 1.65 -> 1.03 CPU-s a minute, over the
+# ~110 server-minutes of a suite.
+for _service in ("CLEANUP_RECONCILER", "CANCELLATION_CLEANUP", "REPOSSESSOR"):
+    os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{_service}_LOOP_SECONDS", "60")
+# They evaluate no automations (odqa makes none; a user's server keeps them): the triggers
+# service reads every event of every run, ~17% of a server's CPU over small flow runs.
+os.environ.setdefault("PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED", "false")
+# Nor do they run the services no test exercises (marking runs Late, expiring pauses, logging every
+# event, the foreman's worker and deployment status): an idle test server's minute 2.3 -> 2.0 CPU-s,
+# over a suite of ~20 servers.
+for _service in ("LATE_RUNS", "PAUSE_EXPIRATIONS", "EVENT_LOGGER", "FOREMAN"):
+    os.environ.setdefault(f"PREFECT_SERVER_SERVICES_{_service}_ENABLED", "false")
 # The machine's `gpu` slots are shared by every odqa process of the user; a test session (each
 # pytest-xdist worker, another checkout's suite) takes its own, so one's trainings never make
 # another's wait (tests/ops/test_concurrency_slots.py checks the sharing with a folder of its own).
 os.environ.setdefault("ODQA_SLOT_DIR", str(Path(tempfile.gettempdir()) / f"odqa-test-slots-{os.getpid()}"))
 
 
-#: The test files that take longest (`./run test --durations=150`, 2026-11-28), slowest first. Two
+#: The test files that take longest (`./run test --durations=150`, 2026-11-28), slowest first. The
 #: xdist workers take whole files (`--dist loadfile`) in collection order, so these start first and
 #: the short files fill in around them; collected last, one of them ran alone for the suite's last
 #: half hour. A file missing from the list runs after them, in its usual order.

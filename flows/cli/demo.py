@@ -11,7 +11,7 @@ import click
 from .groups import main, workspace_arg
 
 if TYPE_CHECKING:  # imported when the verb runs: the pipeline imports every stage and Prefect
-    from ..compositions.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings
+    from ..compositions.pipeline import EvaluationSettings, PipelineReport, QuestionSettings, TrainingSettings
 
 RUN_LABELS = {"bm25": "BM25", "zero-shot": "dense zero-shot (MiniLM)", "dpr": "DPR-style bi-encoder",
               "taser": "TASER", "desire-me": "DESIRE-ME", "hybrid": "hybrid (DPR + BM25)"}  # fmt: skip
@@ -31,9 +31,10 @@ def run_demo(
     training: TrainingSettings | None = None,
     questions: QuestionSettings | None = None,
     evaluation: EvaluationSettings | None = None,
-) -> None:
+) -> PipelineReport:
     """The demo flow, then the results table (R@1/5/20/100 of BM25, dense zero-shot, DPR, TASER,
-    DESIRE-ME, hybrid) and the demo's SQL queries, as the terminal shows them."""
+    DESIRE-ME, hybrid) and the demo's SQL queries, as the terminal shows them; returns the
+    pipeline's report (for callers that go on with it, as the pipeline test does)."""
     import pyarrow as pa
 
     from ...storage import Workspace
@@ -58,3 +59,4 @@ def run_demo(
         click.echo(f"\n=== SQL: {title} ===")
         click.echo(f"$ odqa sql {shlex.quote(query)}")
         click.echo(render(ws.sql(query), "table"))
+    return outcome

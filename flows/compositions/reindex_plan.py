@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...models.backbone import checkpoint_available
 from ...storage import Workspace
 from ...storage.model_registry import ModelRef, newest_model, resolve_model
 from ...storage.releases import DenseRelease, Release, ServingChange, current_release, narrowing
@@ -68,6 +67,9 @@ def _served_name(name: str, current: Release | None, models: dict[str, list[str]
 
 def _loadable(ws: Workspace, name: str, why: str) -> ModelRef:
     """The passage side of model `name`, refused unless it can be loaded."""
+    # (imports transformers: only a re-index with a model pays for it)
+    from ...models.backbone import checkpoint_available
+
     try:
         ref = resolve_model(ws, name)
     except (ValueError, FileNotFoundError) as error:

@@ -28,6 +28,11 @@ from contextlib import contextmanager
 
 from prefect.logging.handlers import APILogHandler
 
+from .prefect_fixes import share_tls_context
+
+# Every flow module imports this one: their clients share one TLS context (prefect_fixes).
+share_tls_context()
+
 ROUTED_LOGGER = "odqa"
 FLOW_RUN_ENV = "ODQA_FLOW_RUN_ID"
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backend.auth import AUTH_FILE, auth_status, client_auth_string
+from ..backend.auth import AUTH_FILE, api_client, auth_status, client_auth_string
 from ..backend.file_modes import append_log, apply_umask
 from ..backend.local_server import (
     ServerPaths,
@@ -51,7 +51,7 @@ from ..backend.local_server import (
 )
 from .concurrency_slots import gpu_slots
 from .deployment_forms import deploy_typed_forms
-from .prefect_fixes import drop_null_filter_fields
+from .prefect_fixes import drop_null_filter_fields, share_tls_context
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POOL = "odqa-process"
@@ -112,10 +112,28 @@ class LocalPrefect:
         self.worker.wait()
 
 
+def create_process_pool(api_url: str, auth_string: str | None, pool: str) -> None:
+    """The process work pool `pool`, made (or reset) as `prefect work-pool create --type process
+    --overwrite` makes it (the same default job template), in this process: the CLI's start-up
+    costs ~5 CPU-s of every `./run server`."""
+    import asyncio
+
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.workers.utilities import get_default_base_job_template_for_infrastructure_type
+
+    async def create() -> None:
+        template = await get_default_base_job_template_for_infrastructure_type("process")
+        async with api_client(api_url, auth_string) as client:
+            await client.create_work_pool(WorkPoolCreate(name=pool, type="process", base_job_template=template),
+                                          overwrite=True)  # fmt: skip
+
+    asyncio.run(create())
+
+
 def prepare(api_url: str, env: dict[str, str], pool: str, deploy: bool) -> tuple[int, str]:
     """Work pool and (``deploy``) every deployment of prefect.yaml on the server; returns this
     machine's `gpu` slots and why."""
-    prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env)
+    create_process_pool(api_url, env.get("PREFECT_API_AUTH_STRING"), pool)
     slots = gpu_slots()
     if deploy:
         prefect(["--no-prompt", "deploy", "--all"], env)
@@ -167,9 +185,11 @@ def local_prefect(
 
 
 def run_prefect_cli(args: list[str]) -> int:
-    """`python -m odqa.flows.plumbing.server prefect ARGS`: the Prefect CLI with `drop_null_filter_fields` applied and
-    typed Custom run forms for what it deploys (`flows.plumbing.deployment_forms`)."""
+    """`python -m odqa.flows.plumbing.server prefect ARGS`: the Prefect CLI with odqa's fixes applied
+    (`flows.plumbing.prefect_fixes`) and typed Custom run forms for what it deploys
+    (`flows.plumbing.deployment_forms`)."""
     drop_null_filter_fields()
+    share_tls_context()
     deploy_typed_forms()
     from prefect.cli import app
 

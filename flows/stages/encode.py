@@ -33,7 +33,6 @@ from typing import Any
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
-from ...models.retriever import load_retriever
 from ...models.searchers import loaded_model
 from ...models.searchers.dense import dense_build
 from ...pipelines.dense.passage_diff import VectorReuse, write_keys
@@ -158,6 +157,9 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
         return EncodeReport(model=ref.name, embeddings=str(build.embeddings), passages=done.num_passages,
                             shards=len(done.shards), dim=done.dim, dtype=done.dtype, precision=done.precision,
                             encoded_now=0, devices=[d or "cpu" for d in devices], noop=True)  # fmt: skip
+    # (imports torch: only a run that encodes pays for it)
+    from ...models.retriever import load_retriever
+
     reuse = _previous_vectors(ws, ref, wanted)
     with gpu_slot(f"encode {ref.name}", ws.root):
         started = time.perf_counter()  # the encoding's own time, not the wait for the slot

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .sharded_encoding import ShardInfo
+if TYPE_CHECKING:  # (a type only: sharded_encoding imports torch, which the flows that plan
+    # shards for Dask or thread runners, e.g. ingest and BM25 retrieval, never need)
+    from .sharded_encoding import ShardInfo
 
 
 @dataclass(frozen=True)

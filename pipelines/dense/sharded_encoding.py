@@ -23,6 +23,10 @@ copied with ``non_blocking``) while the current one runs. Then ``torch.inference
 weights cast to bf16 on GPUs (``precision``), and one process per GPU (shards handed out
 round-robin). Memory stays bounded by two shards per worker (the one encoded, the one tokenized
 ahead) plus one queued shard, whatever the corpus size.
+
+torch is imported where vectors are computed, not with the module: index builds, release
+publishing and BM25-only re-index runs read manifests and shards through it and never encode
+(importing torch costs ~3 CPU-s a process).
 """
 
 from __future__ import annotations
@@ -38,18 +42,20 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from ...storage.atomic import atomic_write, atomic_write_text
 from ...storage.choices import PRECISIONS, Precision
 from ..progress import progress as progress_bar
 from .retriever_protocol import DenseRetriever
 from .stored_tokens import TokenFeed, TokenRows, TokenStore
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +234,8 @@ def resolve_precision(precision: Precision, devices: Sequence[str | None]) -> Pr
     if precision != "auto":
         return precision
     if on_gpu:
+        import torch
+
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     return "fp32"
 
@@ -235,6 +243,8 @@ def resolve_precision(precision: Precision, devices: Sequence[str | None]) -> Pr
 def _autocast(device: str | None, precision: Precision) -> contextlib.AbstractContextManager:
     if precision == "fp32":
         return contextlib.nullcontext()
+    import torch
+
     device_type = "cuda" if device is not None and str(device).startswith("cuda") else "cpu"
     return torch.autocast(device_type=device_type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
@@ -243,6 +253,8 @@ def inference_weights(retriever: DenseRetriever, precision: Precision) -> DenseR
     """The retriever to encode with: for ``bf16`` a copy whose linear layers hold bf16 weights
     (the tokenizer shared, not copied; see ``resolve_precision``), else the retriever itself. A
     retriever whose linear layers are bf16 already is kept."""
+    import torch
+
     if precision != "bf16" or not isinstance(retriever, torch.nn.Module):
         return retriever
     linears = [m for m in retriever.modules() if isinstance(m, torch.nn.Linear)]
@@ -306,6 +318,8 @@ class TokenizedShard:
     def batch(self, positions: np.ndarray, pin: bool = False) -> dict[str, torch.Tensor]:
         """Right-padded tensors of the given rows, padded to the longest of them only (in pinned
         memory with ``pin``, so the copy to the GPU can run while the host goes on)."""
+        import torch
+
         lengths = self.lengths[positions]
         width = int(lengths.max())
         valid = np.arange(width)[None, :] < lengths[:, None]
@@ -325,6 +339,8 @@ class TokenizedShard:
 
 
 def _is_token_level(retriever: object) -> bool:
+    import torch
+
     return (isinstance(retriever, torch.nn.Module) and callable(getattr(retriever, "tokenize_passages", None))
             and callable(getattr(retriever, "embed_passages", None)))
 
@@ -436,6 +452,8 @@ def encode_tokenized(
     on_batch: Callable[[int], None] | None = None,
 ) -> np.ndarray:
     """float32 vectors of a tokenized shard in input order (see ``encode_shard``)."""
+    import torch
+
     module: torch.nn.Module = inference_weights(retriever, precision)  # type: ignore[arg-type, assignment]
     if device is not None:
         module.to(device)
@@ -480,6 +498,8 @@ def encode_shard(
     if tokens is not None:
         return encode_tokenized(retriever, tokens, batch_size=batch_size, device=device,  # type: ignore[arg-type]
                                 precision=precision, on_batch=on_batch)
+    import torch
+
     out = np.empty((len(texts), retriever.embedding_dim), dtype=np.float32)
     with torch.inference_mode(), _autocast(device, precision):
         for positions in _character_batches(titles, texts, batch_size):
@@ -501,6 +521,8 @@ def shard_columns(shard: pa.Table) -> tuple[pa.Array, list[str], list[str]]:
 
 def default_devices() -> list[str | None]:
     """One entry per GPU, or [None] (the retriever's own device choice) without one."""
+    import torch
+
     if torch.cuda.is_available():
         return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     return [None]
@@ -744,6 +766,8 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
 
 
 def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, batch_size, bar) -> int:
+    import torch
+
     ctx = torch.multiprocessing.get_context("spawn")
     results = ctx.Queue()
     task_queues = [ctx.Queue(maxsize=1) for _ in devices]

@@ -9,14 +9,14 @@ Two families, with names that never collide in the `metrics` table:
   own ``R@K`` row (``group`` = the relation) and ``macroR@K`` (``group == ""``) is the unweighted
   mean of the per-group figures, the "average over relations" of EntityQuestions' accuracy.py.
   Questions without a group value count in the micro figure only.
-* Relevance-judgment (qrels) metrics for BEIR-style data (DESIRE-ME section 4.1), computed with
-  ranx from the questions' ``positive_ids``: ``MAP@100``, ``MRR@100`` (the paper) and ``MRR@10``
-  (DESIRE-ME's reference code, BEIR), ``Recall@100``,
+* Relevance-judgment (qrels) metrics for BEIR-style data (DESIRE-ME section 4.1), computed as
+  trec_eval does (`qrels_metrics`) from the questions' ``positive_ids``: ``MAP@100``,
+  ``MRR@100`` (the paper) and ``MRR@10`` (DESIRE-ME's reference code, BEIR), ``Recall@100``,
   ``nDCG@10``, ``P@1``, ``nDCG@3``. Qrels recall is named ``Recall@K`` because ``R@K`` already
   means answer-based accuracy; only questions with judgments take part (BEIR convention).
 
-The run's ``rank`` column is authoritative for both families (ranx gets ``1/rank`` as score), so
-ties in retrieval scores cannot make the two families see different orders.
+The run's ``rank`` column is authoritative for both families (as if trec_eval got ``1/rank`` as
+the score), so ties in retrieval scores cannot make the two families see different orders.
 
 Comparisons use two-sided paired Student's t-tests on per-question scores (scipy's
 ``ttest_rel``, which is what ranx's "student" test runs) with a Bonferroni correction over the
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import re
 import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -40,6 +39,7 @@ import pyarrow as pa
 
 from ..retrieval.runs import ranked_lists
 from .answers import AnswerMatcher
+from .qrels_metrics import question_scores
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 DEFAULT_KS: tuple[int, ...] = (1, 5, 20, 100)
 # MRR@100 is DESIRE-ME's paper; MRR@10 is what its reference code (3_test.py) and BEIR report.
 DEFAULT_QRELS_METRICS: tuple[str, ...] = ("MAP@100", "MRR@100", "MRR@10", "Recall@100", "nDCG@10", "P@1", "nDCG@3")
-_RANX_NAMES = {"MAP": "map", "MRR": "mrr", "Recall": "recall", "nDCG": "ndcg", "P": "precision"}
-_METRIC_NAME = re.compile(r"^(MAP|MRR|Recall|nDCG|P)@([1-9][0-9]*)$")
 
 METRIC_ROW_SCHEMA = pa.schema(
     [
@@ -163,14 +161,6 @@ def per_question_hits(first_hits: pa.Table, ks: Sequence[int] = DEFAULT_KS) -> d
     return {recall_name(k): dict(zip(qids, hits[:, i].astype(float), strict=True)) for i, k in enumerate(ks)}
 
 
-def ranx_metric_name(name: str) -> str:
-    """Our metric name (``nDCG@10``) -> ranx's (``ndcg@10``); unknown names are an error."""
-    match = _METRIC_NAME.match(name)
-    if not match:
-        raise ValueError(f"unknown qrels metric {name!r}; use MAP@K, MRR@K, Recall@K, nDCG@K or P@K")
-    return f"{_RANX_NAMES[match.group(1)]}@{match.group(2)}"
-
-
 def qrels_from_questions(questions: pa.Table) -> dict[str, dict[str, int]]:
     """Binary relevance judgments from ``positive_ids``; questions without positives are left out."""
     qrels: dict[str, dict[str, int]] = {}
@@ -195,33 +185,20 @@ def derived_judgments(questions: pa.Table) -> dict[str, int]:
 def qrels_scores(
     run: pa.Table, qrels: Mapping[str, Mapping[str, int]], metrics: Sequence[str] = DEFAULT_QRELS_METRICS
 ) -> dict[str, dict[str, float]]:
-    """Per-question scores from ranx: our metric name -> question_id -> score.
+    """Per-question scores (`qrels_metrics`, trec_eval's definitions): our metric name ->
+    question_id -> score.
 
-    Judged questions missing from the run score 0 and unjudged run questions are dropped
-    (ranx ``make_comparable``), as in BEIR evaluation.
+    Judged questions missing from the run score 0 and unjudged run questions are dropped, as in
+    BEIR evaluation (ranx's ``make_comparable``).
     """
-    from ranx import Qrels, Run, evaluate  # imported here: ranx takes seconds to import
-
     if not qrels:
         raise ValueError("no relevance judgments (positive_ids) to evaluate against")
-    ranx_names = {name: ranx_metric_name(name) for name in metrics}
     ranked = ranked_lists(run, None)
-    run_dict = {
-        qid: {str(pid): 1.0 / rank for rank, pid in enumerate(pids, start=1)}
-        for qid, pids in ranked.items()
-        if qid in qrels
-    }
-    ranx_run = Run.from_dict(run_dict) if run_dict else Run()
-    evaluate(
-        Qrels.from_dict({q: dict(d) for q, d in qrels.items()}),
-        ranx_run,
-        list(ranx_names.values()),
-        make_comparable=True,
-    )
-    return {
-        name: {qid: float(score) for qid, score in ranx_run.scores[ranx_name].items()}
-        for name, ranx_name in ranx_names.items()
-    }
+    scores: dict[str, dict[str, float]] = {name: {} for name in metrics}
+    for qid, judged in qrels.items():
+        for name, value in question_scores(ranked.get(qid, []), judged, metrics).items():
+            scores[name][qid] = value
+    return scores
 
 
 def mean_scores(scores: Mapping[str, Mapping[str, float]]) -> list[MetricValue]:

@@ -10,12 +10,15 @@ import pytest
 from odqa.pipelines.evaluation.answers import AnswerMatcher, has_answer
 from odqa.pipelines.retrieval.bm25 import (
     METADATA_FILE,
+    SHORT_RUN_JVM_OPTIONS,
+    SHORT_RUN_PASSAGES,
     IndexBuildError,
     IndexMissingError,
     StaleIndexError,
     build_bm25_index,
     open_bm25_index,
     passage_contents,
+    pyserini_index_command,
 )
 from odqa.pipelines.retrieval.negatives import select_hard_negatives
 from odqa.pipelines.search.bm25_searcher import Bm25Searcher
@@ -146,3 +149,15 @@ def test_hard_negatives_never_contain_answers(searcher: Bm25Searcher) -> None:
     assert all(len(ids) == 1 for ids in one["hard_negative_ids"].to_pylist())
     with pytest.raises(ValueError, match="between 1 and 30"):
         select_hard_negatives(run, questions, matcher, count=31)
+
+
+def test_a_short_indexer_run_starts_a_lighter_jvm(tmp_path: Path) -> None:
+    """Up to SHORT_RUN_PASSAGES the indexer's JVM gets C1 and the serial GC (start-up dominates);
+    past it, the JVM's defaults. The JVM options must come before pyserini starts it."""
+    small = pyserini_index_command(tmp_path / "c", tmp_path / "i", 1, SHORT_RUN_PASSAGES)
+    large = pyserini_index_command(tmp_path / "c", tmp_path / "i", 1, SHORT_RUN_PASSAGES + 1)
+    assert small[3:] == large[3:] and small[3:5] == ["-input", str(tmp_path / "c")]
+    code = small[2]
+    assert all(option in code for option in SHORT_RUN_JVM_OPTIONS)
+    assert code.index("add_options") < code.index("pyserini.pyclass")
+    assert not any(option in large[2] for option in SHORT_RUN_JVM_OPTIONS)

@@ -1,6 +1,6 @@
 """The release rules as a real week runs them: the `reindex` deployment of prefect.yaml, deployed as
 `./run server` deploys it but on a schedule of a few seconds, fired by the Prefect server's scheduler
-(the session's runs every 2 s, tests/conftest.py) and executed by a process worker, on a workspace
+(its recent-deployments loop schedules a new deployment within ~5 s) and executed by a process worker, on a workspace
 that serves BM25 and has no model. The scheduled run completes and publishes BM25 with the
 passages that landed in incoming/ (the fault: every run failed with "no production model" after
 it had ingested them), and the schedule goes on making runs. (One run is executed: a flow run's

@@ -81,7 +81,9 @@ def _reindex_spec() -> dict:
 async def _deploy(spec: dict, pool: str, name: str):
     """prefect.yaml's `reindex` deployment (entrypoint, parameters, tags, concurrency limit, schedule)
     under `name` on `pool`, BM25 only and a short settle time, with one more scheduled run soon:
-    created in process, as `prefect deploy` would (its CLI costs ~40 s on a busy machine)."""
+    created in process, as `prefect deploy` would (its CLI costs ~40 s on a busy machine), with the
+    pull step it adds: without one, each run would copy the whole checkout (.venv included, ~3 GB)
+    into the worker's temporary folder before starting."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.client.schemas.objects import ConcurrencyOptions
@@ -94,7 +96,8 @@ async def _deploy(spec: dict, pool: str, name: str):
             flow_id=flow_id, name=name, entrypoint=spec["entrypoint"], work_pool_name=pool, tags=spec["tags"],
             parameters={**spec["parameters"], "dense": False, "settle_seconds": SETTLE_S},
             schedules=_weekly_and_once(spec, AHEAD_S), concurrency_limit=limit["limit"],
-            concurrency_options=ConcurrencyOptions(collision_strategy=limit["collision_strategy"]), path=str(REPO_ROOT))
+            concurrency_options=ConcurrencyOptions(collision_strategy=limit["collision_strategy"]), path=str(REPO_ROOT),
+            pull_steps=[{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO_ROOT)}}])
 
 
 async def _schedule_once_more(spec: dict, deployment_id) -> None:

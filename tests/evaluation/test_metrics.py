@@ -18,11 +18,11 @@ from odqa.pipelines.evaluation.metrics import (
     per_question_hits,
     qrels_from_questions,
     qrels_scores,
-    ranx_metric_name,
     recall_at_k,
     recall_curve,
     render_recall_plot,
 )
+from odqa.pipelines.evaluation.qrels_metrics import parse_qrels_metric
 
 PASSAGES = {
     "p1": "Paris is the capital of France.",
@@ -147,7 +147,7 @@ def test_parse_ks() -> None:
             parse_ks(bad)
 
 
-def test_ranx_metrics_equal_hand_computed_values() -> None:
+def test_qrels_metrics_equal_hand_computed_values() -> None:
     # qrels: q1 -> {d1, d2}, q2 -> {d3}, q3 -> {d9} (never retrieved), q4 unjudged.
     # q1 ranking d1(rel) d5 d2(rel): AP = (1/1 + 2/3)/2 = 5/6, RR = 1, recall = 1, P@1 = 1,
     #   DCG@3 = 1/log2(2) + 1/log2(4) = 1.5, IDCG@2 = 1 + 1/log2(3); nDCG@3 = nDCG@10 = 1.5/IDCG
@@ -202,11 +202,13 @@ def test_mrr_at_10_beside_mrr_at_100() -> None:
 
 
 def test_metric_names() -> None:
-    assert ranx_metric_name("nDCG@10") == "ndcg@10"
-    assert ranx_metric_name("Recall@100") == "recall@100"
-    assert ranx_metric_name("P@1") == "precision@1"
+    assert parse_qrels_metric("nDCG@10") == ("nDCG", 10)
+    assert parse_qrels_metric("Recall@100") == ("Recall", 100)
+    for bad in ("R@100", "nDCG@0", "ndcg@10"):  # an answer-based name, a zero cut-off, ranx's spelling
+        with pytest.raises(ValueError, match="unknown qrels metric"):
+            parse_qrels_metric(bad)
     with pytest.raises(ValueError, match="unknown qrels metric"):
-        ranx_metric_name("R@100")  # answer-based name, not a qrels metric
+        qrels_scores(pa.table({"question_id": ["q"], "passage_id": ["d"], "rank": [1]}), {"q": {"d": 1}}, ["R@5"])
 
 
 def test_metrics_table_shape() -> None:

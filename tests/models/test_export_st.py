@@ -3,6 +3,7 @@ process that cannot import odqa, and give odqa's own vectors; DESIRE-ME is refus
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,7 +17,10 @@ from odqa.models.retriever import load_retriever
 from odqa.storage import Workspace
 from tests.models.filled_workspace import fill_workspace
 
-pytest.importorskip("sentence_transformers")
+# Looked up, not imported: the models load in a subprocess, and importing sentence-transformers here
+# cost every pytest worker ~6 CPU-s of its collection.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None,
+                                reason="sentence-transformers is not installed (the bench extra)")
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?"]

@@ -198,42 +198,6 @@ def test_prefect_server_is_found_from_env_profile_or_the_workspace(prefect_serve
     assert prefect_api.choose_prefect_api(ws, start=False).url is None
 
 
-@pytest.mark.e2e
-def test_demo_output_is_stage_lines_results_and_queries_only(prefect_harness, tmp_path: Path, capfd) -> None:
-    import re
-
-    from odqa.flows.cli.demo import run_demo
-    from odqa.flows.cli.terminal import open_session
-    from odqa.flows.compositions.pipeline import EvaluationSettings, QuestionSettings, TrainingSettings
-    from odqa.models.settings import TrainSettings
-    from odqa.pipelines.retrieval.java import JavaMissingError, check_java
-
-    try:
-        check_java()
-    except JavaMissingError as error:
-        pytest.skip(f"BM25 needs a JDK: {error}")
-    ws = tmp_path / "ws"
-    session = open_session(ws, verbose=False)
-    session.terminal.stage_lines(gap=120.0)  # what `odqa demo` sets
-    try:
-        run_demo(str(ws), training=TrainingSettings(archs=["dpr"], mine_count=3, mine_depth=20,
-                                                    settings=TrainSettings(max_steps=1, batch_size=4)),
-                 questions=QuestionSettings(paq=None),
-                 evaluation=EvaluationSettings(eval_sets=["trex:test"], k=20, zero_shot=False,
-                                               hybrid_with=None))  # fmt: skip
-    finally:
-        session.close()
-    lines = "".join(capfd.readouterr()).splitlines()
-    stages = [line for line in lines if re.match(r"\[\s*\d+/\d+\] \S+ +(\d+\.\ds|cached \(ran \d+\.\ds\))$", line)]
-    total = int(stages[0].split("/")[1].split("]")[0])
-    assert len(stages) == total  # one line per stage, with its time
-    assert not [noise for noise in PREFECT_NOISE if noise in "\n".join(lines)]
-    assert "=== Top-K retrieval accuracy (answer in the top K passages) ===" in lines
-    assert sum(line.startswith("=== SQL: ") for line in lines) == 3
-    assert len(lines) <= 120
-    assert "Finished in state Completed()" in (ws / "logs" / "odqa.log").read_text(encoding="utf-8")
-
-
 def test_terminal_shows_progress_once_warnings_and_marked_lines(tmp_path: Path, capsys) -> None:
     import logging
 

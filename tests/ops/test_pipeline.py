@@ -1,10 +1,13 @@
-"""The end-to-end pipeline on the bundled sample: every stage runs once, a re-run with unchanged
-inputs finishes from cache, and changing one input re-runs exactly the stages downstream of it."""
+"""The end-to-end pipeline on the bundled sample: every stage runs once (as `odqa demo` runs it,
+its terminal output checked), a re-run with unchanged inputs finishes from cache, and changing one
+input re-runs exactly the stages downstream of it."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +27,7 @@ from odqa.flows.plumbing.task_runners import RunnerSettings
 from odqa.models.settings import TrainSettings
 from odqa.pipelines.retrieval.java import JavaMissingError, check_java
 from odqa.storage import Workspace
+from tests.ops.test_cli_terminal import PREFECT_NOISE
 
 TINY_TRAINING = TrainingSettings(archs=["dpr"], mine_count=3, mine_depth=20,
                                  settings=TrainSettings(max_steps=1, batch_size=4))
@@ -74,8 +78,32 @@ def test_training_settings_saved_before_the_nested_settings_still_load() -> None
     assert TrainingSettings(epochs=2).settings.model_dump(exclude_unset=True) == {"epochs": 2}
 
 
+def _run_as_the_demo(ws: str, capfd: pytest.CaptureFixture[str], **settings: Any) -> Any:
+    """The pipeline as `odqa demo` runs it (its terminal session, stage lines, results table and SQL
+    queries); checks what the terminal showed: one line per stage with its time, no Prefect
+    records (they go to the workspace log), the results and the three queries, at most 120 lines."""
+    from odqa.flows.cli.demo import run_demo
+    from odqa.flows.cli.terminal import open_session
+
+    session = open_session(Path(ws), verbose=False)
+    session.terminal.stage_lines(gap=120.0)  # what `odqa demo` sets
+    try:
+        report = run_demo(ws, **settings)
+    finally:
+        session.close()
+    lines = "".join(capfd.readouterr()).splitlines()
+    stages = [line for line in lines if re.match(r"\[\s*\d+/\d+\] \S+ +(\d+\.\ds|cached \(ran \d+\.\ds\))$", line)]
+    assert stages and len(stages) == int(stages[0].split("/")[1].split("]")[0])  # one line per stage, timed
+    assert not [noise for noise in PREFECT_NOISE if noise in "\n".join(lines)]
+    assert "=== Top-K retrieval accuracy (answer in the top K passages) ===" in lines
+    assert sum(line.startswith("=== SQL: ") for line in lines) == 3
+    assert len(lines) <= 120
+    assert "Finished in state Completed()" in (Path(ws) / "logs" / "odqa.log").read_text(encoding="utf-8")
+    return report
+
+
 @pytest.mark.e2e
-def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -> None:
+def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path, capfd) -> None:
     try:
         check_java()
     except JavaMissingError as error:
@@ -84,7 +112,7 @@ def test_pipeline_runs_then_reruns_from_cache(prefect_harness, tmp_path: Path) -
 
     ws = str(tmp_path / "ws")
     settings = {"workspace": ws, "questions": TINY_QUESTIONS, "training": TINY_TRAINING}
-    first = odqa_pipeline(**settings, evaluation=tiny_evaluation())
+    first = _run_as_the_demo(ws, capfd, questions=TINY_QUESTIONS, training=TINY_TRAINING, evaluation=tiny_evaluation())
     assert set(first.states.values()) == {"Completed"}, first.states
     results = {row["run"]: row for row in first.results}
     assert set(results) == {"bm25-trex-test", "dpr-trex-test"}

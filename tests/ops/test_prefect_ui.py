@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from odqa.flows.plumbing.deployment_forms import typed_field, typed_form
-from odqa.flows.plumbing.server import POOL, REPO_ROOT, prefect, prefect_env
+from odqa.flows.plumbing.server import POOL, REPO_ROOT, create_process_pool, prefect, prefect_env
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.ops.input_files import PASSAGES, write_passages, write_questions
 
@@ -84,7 +84,7 @@ async def _artifact_id(key: str) -> str:
 
 def _deploy_train(api_url: str) -> dict:
     env = prefect_env(api_url)
-    prefect(["work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
+    create_process_pool(api_url, None, POOL)
     prefect(["--no-prompt", "deploy", "--name", "train"], env)
     import urllib.request
 

@@ -24,7 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from odqa.flows.plumbing.server import POOL, LocalPrefect, prefect, prefect_env, start_worker
+from odqa.flows.plumbing.server import (
+    POOL,
+    LocalPrefect,
+    create_process_pool,
+    prefect,
+    prefect_env,
+    start_worker,
+)
 from tests.browser import ARTIFACTS, headless_chromium
 from tests.experiments.tiny_encoder import write_tiny_encoder
 from tests.ops.input_files import PASSAGES, write_passages
@@ -142,7 +149,7 @@ def _start(api_url: str, ws: Path, log: Path) -> LocalPrefect:
     whose flow runs use `ws`."""
     env = prefect_env(api_url, ws) | {"PREFECT_WORKER_QUERY_SECONDS": "1", "ODQA_PROGRESS": "log",
                                       "ODQA_PROGRESS_INTERVAL": "0"}  # a progress record (with its loss) every step
-    prefect(["work-pool", "create", POOL, "--type", "process", "--overwrite"], env)
+    create_process_pool(api_url, None, POOL)
     prefect(["--no-prompt", "deploy", *[arg for name in DEPLOYMENTS for arg in ("--name", name)]], env)
     return LocalPrefect(api_url, env, start_worker(env, POOL, log))
 

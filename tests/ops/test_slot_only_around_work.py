@@ -31,6 +31,20 @@ with gpu_slot("train other-model", sys.argv[1]):
 NOOP_LIMIT_S = 60.0
 
 
+def _end_once_waited_for(holder: subprocess.Popen, log: Path, limit_s: float = 300.0) -> None:
+    """Kill `holder` once a run has logged that it waits for the slot it holds (however long a
+    loaded machine takes to get there), or after `limit_s` (the test then fails on the missing line)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and "held by train other-model" not in (
+                log.read_text(errors="replace") if log.exists() else ""):  # fmt: skip
+            time.sleep(0.2)
+        holder.kill()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 @pytest.fixture
 def one_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """This machine with one `gpu` slot, in a folder of the test's own; waiting is said at once."""
@@ -78,7 +92,7 @@ def test_a_noop_reindex_never_waits_for_the_slot_and_real_work_names_who_holds_i
         assert not [m for m in messages if "gpu slot" in m], messages
 
         # New passages are real work: it waits for the slot, saying who holds it, until the holder ends.
-        threading.Timer(3.0, holder.kill).start()
+        _end_once_waited_for(holder, ws.root / "logs" / "odqa.log")
         out = cli("-w", str(ws.root), "reindex", "--passages", passages_file(tmp_path, "new.tsv", NEW_PASSAGES),
                   "--model", model, "--no-bm25").output  # fmt: skip
     finally:
@@ -94,11 +108,17 @@ def test_a_noop_reindex_never_waits_for_the_slot_and_real_work_names_who_holds_i
 def _latest_reindex(workspace: Path):
     """The id of the newest `reindex` flow run of the workspace (the one the CLI just ran)."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterStartTime,
+    )
     from prefect.client.schemas.sorting import FlowRunSort
 
-    with get_client(sync_client=True) as client:
+    with get_client(sync_client=True) as client:  # started runs only: a deployed schedule's runs have none
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["reindex"])),
+                                     flow_run_filter=FlowRunFilter(start_time=FlowRunFilterStartTime(is_null_=False)),
                                      sort=FlowRunSort.START_TIME_DESC, limit=50)  # fmt: skip
     return next(r.id for r in runs if r.parameters.get("workspace") == str(workspace))
 
