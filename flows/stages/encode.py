@@ -45,12 +45,15 @@ from ...pipelines.dense.sharded_encoding import (
     encode_corpus,
     encode_shard,
     finished_encoding,
+    inference_weights,
     iter_corpus_shards,
     prepare_out_dir,
     read_manifest,
     record_shard,
     resolve_precision,
     shard_columns,
+    shard_tokens,
+    token_feed,
     wanted_manifest,
     write_manifest,
     write_shard,
@@ -203,10 +206,11 @@ def _task_device(shard_index: int) -> str | None:
 def encode_shard_task(
     workspace: str, passage_path: str, shard: dict[str, int], files: list[dict[str, Any]], out_dir: str,
     batch_size: int, precision: str, dtype: str, threads: int | None, model_fingerprint: str, dim: int,
-    machine_slot: bool,
-) -> tuple[Any, str, bool]:  # fmt: skip
+    machine_slot: bool, passages_version: str,
+) -> tuple[Any, str, bool, int, int]:  # fmt: skip
     """Encode one planned shard and write its files; returns (its ShardInfo, the device used,
-    whether it encoded: a shard this run wrote already is taken as it is). On this machine's
+    whether it encoded: a shard this run wrote already is taken as it is, passages tokenized,
+    passages whose token ids came from the `passage_tokens` table). On this machine's
     runners a task holds a `gpu` slot (``machine_slot``) while it encodes (not to find its shard
     written already); on a cluster the workers' declared capacity decides instead."""
     limit_threads(threads)
@@ -225,7 +229,7 @@ def encode_shard_task(
     ids, titles, texts = shard_columns(passages)
     done = written_shard(out, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
     if done is not None:
-        return done, device or "cpu", False
+        return done, device or "cpu", False, 0, 0
     loaded = loaded_model(passage_path)
     retriever = loaded.model
     if loaded.fingerprint != model_fingerprint:
@@ -234,10 +238,17 @@ def encode_shard_task(
             f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
             "again"
         )
+    feed = token_feed(retriever, token_store(ws, retriever), passages_version, workers=0)  # a task is a worker already
+    try:
+        tokens = shard_tokens(retriever, feed, ids, titles, texts)
+    finally:
+        if feed is not None:
+            feed.close()
     with gpu_slot(f"encode shard {planned.index}", ws.root) if machine_slot else contextlib.nullcontext():
-        vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
-                               precision=precision)  # type: ignore[arg-type]  # fmt: skip
-    return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
+        vectors = encode_shard(inference_weights(retriever, precision), titles, texts, batch_size=batch_size,  # type: ignore[arg-type]
+                               device=device, precision=precision, tokens=tokens)  # type: ignore[arg-type]  # fmt: skip
+    counts = (feed.tokenized, feed.reused) if feed is not None else (len(ids), 0)
+    return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True, *counts  # type: ignore[arg-type]
 
 
 @flow(name="dense-encode-mapped")
@@ -280,7 +291,7 @@ def encode_mapped_flow(
     write_manifest(out, manifest)  # what the shard files belong to, before any task writes one
     plan = pending_shards(snapshot.rows("passages"), manifest.shard_size, manifest.shards)
     log.info("encode %s: %d shard(s) to encode, %d already finished", model, len(plan), len(manifest.shards))
-    encoded, taken, devices, failures = 0, 0, set(), []
+    encoded, taken, tokenized, tokens_reused, devices, failures = 0, 0, 0, 0, set(), []
     started = time.perf_counter()
     runner = runner or RunnerSettings()
     needs = accelerator_needed(runner)
@@ -288,13 +299,15 @@ def encode_mapped_flow(
         futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
                                         str(out), batch_size, manifest.precision, dtype, threads,
                                         manifest.model_fingerprint, manifest.dim,
-                                        not on_cluster(runner))  # fmt: skip
+                                        not on_cluster(runner), version)  # fmt: skip
     planned = {future.task_run_id: shard for future, shard in zip(futures, plan, strict=True)}
     for future, result, error in settled(list(futures), needs if on_cluster(runner) else None):
         if error is not None:  # record every shard that did finish, then fail
             failures.append(error)
             continue
-        info, device, fresh = result
+        info, device, fresh, shard_tokenized, shard_reused = result
+        tokenized += shard_tokenized
+        tokens_reused += shard_reused
         if info.count != planned[future.task_run_id].count:
             raise RuntimeError(f"shard {info.index}: {info.count} passages written, "
                                f"{planned[future.task_run_id].count} planned")  # fmt: skip
@@ -310,7 +323,8 @@ def encode_mapped_flow(
     write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
     return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=encoded,
                         seconds=round(time.perf_counter() - started, 3), devices=sorted(devices),
-                        restarted=restart_reason, tasks=len(plan), taken=taken)  # fmt: skip
+                        restarted=restart_reason, tasks=len(plan), taken=taken, tokenized=tokenized,
+                        tokens_reused=tokens_reused)  # fmt: skip
 
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:

@@ -636,7 +636,8 @@ def encode_corpus(
     applies to the single-device path; with several devices everything is encoded.
     ``token_store`` holds the token ids of passages tokenized before with the model's
     tokenizer: only the others are tokenized (in ``tokenize_workers`` processes, default all
-    cores but one) and added to it (single-device path; several devices tokenize per worker).
+    cores but one) and added to it, on one device or several (the device workers get ready
+    tokens).
     """
     out_dir = Path(out_dir)
     devices = list(devices) if devices is not None else default_devices()
@@ -650,26 +651,25 @@ def encode_corpus(
         raise ValueError("several devices need retriever_factory so each worker loads its own copy")
     reused = 0
     with progress_bar(total, "encode", "psg", enabled=progress is not False) as bar:
-        feed = None
-        if len(devices) > 1:
-            if reuse is not None:
-                log.warning("%s: vector reuse applies to one device; encoding every passage on %d", out_dir,
-                            len(devices))
-            encoded = _encode_multiprocess(manifest, done, batches, out_dir, devices, retriever_factory,
-                                           batch_size, bar)
-        else:
-            feed = token_feed(retriever, token_store, corpus_fingerprint, tokenize_workers)
-            try:
+        feed = token_feed(retriever, token_store, corpus_fingerprint, tokenize_workers)
+        try:
+            if len(devices) > 1:
+                if reuse is not None:
+                    log.warning("%s: vector reuse applies to one device; encoding every passage on %d", out_dir,
+                                len(devices))
+                encoded = _encode_multiprocess(manifest, done, batches, out_dir, devices, retriever_factory,
+                                               batch_size, bar, retriever, feed)
+            else:
                 encoded, reused = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
                                                      batch_size, bar, reuse, feed)
-            finally:
-                if feed is not None:
-                    feed.close()
+        finally:
+            if feed is not None:
+                feed.close()
     manifest.shards.sort(key=lambda s: s.index)
     manifest.num_passages = sum(s.count for s in manifest.shards)
     manifest.complete = True
     write_manifest(out_dir, manifest)
-    # Without a feed (several devices, a retriever without a fast tokenizer) every passage encoded was tokenized.
+    # Without a feed (a retriever without a fast tokenizer) every passage encoded was tokenized.
     tokenized, tokens_reused = (feed.tokenized, feed.reused) if feed is not None else (encoded - reused, 0)
     return EncodingResult(manifest, encoded, False, restart_reason, reused, tokenized, tokens_reused)
 
@@ -751,12 +751,13 @@ def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batc
 
 
 def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision, dtype) -> None:
-    """One process per device: load a retriever, encode and write the shards it is handed."""
+    """One process per device: load a retriever, encode and write the shards it is handed, with
+    the tokens the parent took from the feed (tokenized here when it had none for this model)."""
     try:
         retriever = factory()
         model = inference_weights(retriever, precision)
-        tokenize = lambda item: tokenize_shard(retriever, item[2], item[3])  # noqa: E731
-        for (index, ids, titles, texts), tokens in _ahead(tokenize, iter(tasks.get, None)):
+        tokenize = lambda item: item[4] if item[4] is not None else tokenize_shard(retriever, item[2], item[3])  # noqa: E731
+        for (index, ids, titles, texts, _), tokens in _ahead(tokenize, iter(tasks.get, None)):
             vectors = encode_shard(model, titles, texts, batch_size=batch_size, device=device, precision=precision,
                                    on_batch=lambda n: results.put(("progress", n)), tokens=tokens)
             results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype))))
@@ -765,7 +766,11 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
         raise
 
 
-def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, batch_size, bar) -> int:
+def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, batch_size, bar, retriever,
+                         feed: TokenFeed | None) -> int:  # fmt: skip
+    """Hand shards round-robin to one worker process per device, each with its tokens from
+    ``feed`` (stored ids, the rest tokenized in the feed's worker processes) made one shard ahead
+    here, so no device worker tokenizes what the store holds."""
     import torch
 
     ctx = torch.multiprocessing.get_context("spawn")
@@ -802,17 +807,20 @@ def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, bat
             raise RuntimeError(f"encoding worker(s) died with exit code(s) {[w.exitcode for w in dead]}")
 
     try:
-        pending = 0
-        for index, shard in iter_corpus_shards(batches, manifest.shard_size):
-            if _skip_finished(out_dir, done, index, shard, bar):
-                continue
-            ids, titles, texts = shard_columns(shard)
+        def shards() -> Iterator[tuple]:
+            for index, shard in iter_corpus_shards(batches, manifest.shard_size):
+                if not _skip_finished(out_dir, done, index, shard, bar):
+                    yield (index, *shard_columns(shard))
+
+        def tokens_of(item: tuple) -> TokenizedShard | None:
+            return shard_tokens(retriever, feed, item[1], item[2], item[3]) if feed is not None else None
+
+        for pending, ((index, ids, titles, texts), tokens) in enumerate(_ahead(tokens_of, shards())):
             tasks = task_queues[pending % len(devices)]
-            pending += 1
             in_flight.add(index)
             while True:
                 try:
-                    tasks.put((index, ids, titles, texts), timeout=0.5)
+                    tasks.put((index, ids, titles, texts, tokens), timeout=0.5)
                     break
                 except queue.Full:
                     drain(block=False)
