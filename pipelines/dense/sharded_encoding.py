@@ -388,7 +388,7 @@ _STORABLE_INPUTS = {"input_ids", "token_type_ids", "attention_mask"}
 
 
 def token_feed(retriever: object, store: TokenStore | None, passages_version: str,
-               workers: int | None = None) -> TokenFeed | None:  # fmt: skip
+               workers: int | None = None, write: bool = True) -> TokenFeed | None:  # fmt: skip
     """Where the shards' tokens come from: the store (when given) and tokenizer worker
     processes; None when the retriever is not token-level, has no fast tokenizer, or takes
     inputs other than ids, segment ids and mask (it is then tokenized as before, unstored)."""
@@ -399,7 +399,7 @@ def token_feed(retriever: object, store: TokenStore | None, passages_version: st
     tokenizer = make()
     if pad_values is None or tokenizer is None or not set(pad_values) <= _STORABLE_INPUTS:
         return None
-    return TokenFeed(tokenizer, store, passages_version, workers)
+    return TokenFeed(tokenizer, store, passages_version, workers, write)
 
 
 def shard_tokens(retriever: object, feed: TokenFeed | None, ids: pa.Array, titles: Sequence[str],

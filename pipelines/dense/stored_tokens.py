@@ -45,12 +45,13 @@ class TokenFeed:
     """Tokens of each shard: stored rows where there are some, the tokenizer's for the rest."""
 
     def __init__(self, tokenizer: PassageTokenizer, store: TokenStore | None = None, passages_version: str = "",
-                 workers: int | None = None) -> None:  # fmt: skip
+                 workers: int | None = None, write: bool = True) -> None:  # fmt: skip
         if store is not None and store.tokenization != tokenizer.tokenization():
             raise ValueError(f"the token store holds tokenization {store.tokenization.key}, "
                              f"the model tokenizes as {tokenizer.tokenization().key}")
         self.store = store
         self.passages_version = passages_version
+        self.write = write  # False: only read the store (another process, e.g. rank 0, adds to it)
         self.pool = TokenizePool(tokenizer, workers)
         self.tokenized = 0  # passages tokenized by this feed
         self.reused = 0  # passages whose ids came from the store
@@ -64,7 +65,8 @@ class TokenFeed:
         found, stored = self.store.find(keys)
         missing = np.flatnonzero(~found)
         fresh = self.pool.encode([titles[i] for i in missing], [texts[i] for i in missing])
-        self.store.add(keys[missing], ids.take(pa.array(missing, pa.int64())), fresh, self.passages_version)
+        if self.write:
+            self.store.add(keys[missing], ids.take(pa.array(missing, pa.int64())), fresh, self.passages_version)
         self.tokenized += len(missing)
         self.reused += len(texts) - len(missing)
         order = np.empty(len(texts), np.int64)
