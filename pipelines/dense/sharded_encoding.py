@@ -52,7 +52,7 @@ from ...storage.atomic import atomic_write, atomic_write_text
 from ...storage.choices import PRECISIONS, Precision
 from ..progress import progress as progress_bar
 from .retriever_protocol import DenseRetriever
-from .stored_tokens import TokenFeed, TokenRows, TokenStore
+from .stored_tokens import TokenFeed, TokenRows, TokenStore, passage_strings
 
 if TYPE_CHECKING:
     import torch
@@ -406,7 +406,7 @@ def shard_tokens(retriever: object, feed: TokenFeed | None, ids: pa.Array, title
                  texts: Sequence[str]) -> TokenizedShard | None:  # fmt: skip
     """A shard's tokens from the feed, else tokenized here (``tokenize_shard``)."""
     if feed is None:
-        return tokenize_shard(retriever, titles, texts)
+        return tokenize_shard(retriever, passage_strings(titles), passage_strings(texts))
     rows, order = feed.rows(ids, titles, texts)
     return TokenizedShard.from_rows(rows, order, _pad_values(retriever))  # type: ignore[arg-type]
 
@@ -450,8 +450,11 @@ def encode_tokenized(
     device: str | None,
     precision: Precision = "fp32",
     on_batch: Callable[[int], None] | None = None,
+    batch_tokens: int | None = None,
 ) -> np.ndarray:
-    """float32 vectors of a tokenized shard in input order (see ``encode_shard``)."""
+    """float32 vectors of a tokenized shard in input order (see ``encode_shard``). A batch holds
+    at most ``batch_tokens`` padded tokens: None is the device's default (``CPU_BATCH_TOKENS``
+    on CPU, no cap on GPUs), 0 no cap."""
     import torch
 
     module: torch.nn.Module = inference_weights(retriever, precision)  # type: ignore[arg-type, assignment]
@@ -459,7 +462,7 @@ def encode_tokenized(
         module.to(device)
     target = next(module.parameters()).device
     out = np.empty((len(tokens), int(retriever.embedding_dim)), dtype=np.float32)  # type: ignore[attr-defined]
-    budget = CPU_BATCH_TOKENS if target.type == "cpu" else None
+    budget = (CPU_BATCH_TOKENS if target.type == "cpu" else None) if batch_tokens is None else (batch_tokens or None)
     pin = target.type == "cuda"
     was_training = module.training
     module.eval()
@@ -486,6 +489,7 @@ def encode_shard(
     precision: Precision = "fp32",
     on_batch: Callable[[int], None] | None = None,
     tokens: TokenizedShard | None = None,
+    batch_tokens: int | None = None,
 ) -> np.ndarray:
     """float32 vectors of one shard in input order, encoded in length-sorted batches.
 
@@ -497,7 +501,7 @@ def encode_shard(
         tokens = tokenize_shard(retriever, titles, texts)
     if tokens is not None:
         return encode_tokenized(retriever, tokens, batch_size=batch_size, device=device,  # type: ignore[arg-type]
-                                precision=precision, on_batch=on_batch)
+                                precision=precision, on_batch=on_batch, batch_tokens=batch_tokens)
     import torch
 
     out = np.empty((len(texts), retriever.embedding_dim), dtype=np.float32)
@@ -514,9 +518,8 @@ def encode_shard(
 
 def shard_columns(shard: pa.Table) -> tuple[pa.Array, list[str], list[str]]:
     """Ids, titles (missing ones as "") and texts of a shard, as the encoder takes them."""
-    ids = shard.column("passage_id").combine_chunks()
-    titles = [t if t is not None else "" for t in shard.column("title").to_pylist()]
-    return ids, titles, shard.column("text").to_pylist()
+    return (shard.column("passage_id").combine_chunks(), passage_strings(shard.column("title")),
+            shard.column("text").to_pylist())
 
 
 def default_devices() -> list[str | None]:
@@ -621,6 +624,7 @@ def encode_corpus(
     reuse: VectorSource | None = None,
     token_store: TokenStore | None = None,
     tokenize_workers: int | None = None,
+    batch_tokens: int | None = None,
 ) -> EncodingResult:
     """Encode the passages of ``batches`` (columns passage_id, title, text) into ``out_dir``.
 
@@ -637,7 +641,7 @@ def encode_corpus(
     ``token_store`` holds the token ids of passages tokenized before with the model's
     tokenizer: only the others are tokenized (in ``tokenize_workers`` processes, default all
     cores but one) and added to it, on one device or several (the device workers get ready
-    tokens).
+    tokens). ``batch_tokens`` caps a batch's padded tokens (see ``encode_tokenized``).
     """
     out_dir = Path(out_dir)
     devices = list(devices) if devices is not None else default_devices()
@@ -661,7 +665,7 @@ def encode_corpus(
                                                batch_size, bar, retriever, feed)
             else:
                 encoded, reused = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
-                                                     batch_size, bar, reuse, feed)
+                                                     batch_size, bar, reuse, feed, batch_tokens)
         finally:
             if feed is not None:
                 feed.close()
@@ -712,41 +716,56 @@ def _ahead(make: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[A
 
 
 def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batch_size, bar,
-                       reuse: VectorSource | None = None, feed: TokenFeed | None = None) -> tuple[int, int]:
+                       reuse: VectorSource | None = None, feed: TokenFeed | None = None,
+                       batch_tokens: int | None = None) -> tuple[int, int]:  # fmt: skip
     """(passages written, of which reused): each shard's reusable vectors are looked up first,
-    and only the rest gets its tokens (``feed``) and is encoded."""
+    and only the rest gets its tokens (``feed``) and is encoded. A shard's files are written
+    (and synced) in a helper thread while the next shard is encoded; one write at a time, and a
+    shard enters the manifest only once its files are whole."""
     encoded = reused = 0
     model = inference_weights(retriever, manifest.precision)
 
     def work() -> Iterator[tuple]:
+        """Each shard's Arrow columns (only its passages without reusable vectors): hashed and
+        looked up in the token store as they are; Python strings are made only to tokenize."""
         for index, shard in iter_corpus_shards(batches, manifest.shard_size):
             if _skip_finished(out_dir, done, index, shard, bar):
                 continue
-            ids, titles, texts = shard_columns(shard)
+            ids, titles, texts = (shard.column(name).combine_chunks() for name in REQUIRED_COLUMNS)
             if reuse is None:
                 yield index, ids, ids, titles, texts, None, None
                 continue
-            found, old = reuse.take(ids.to_pylist(), titles, texts)
-            todo = np.flatnonzero(~found)
-            yield (index, ids, ids.take(pa.array(todo, pa.int64())), [titles[i] for i in todo],
-                   [texts[i] for i in todo], found, old)
+            found, old = reuse.take(ids, titles, texts)
+            todo = pa.array(np.flatnonzero(~found), pa.int64())
+            yield index, ids, ids.take(todo), titles.take(todo), texts.take(todo), found, old
 
     def tokens_of(item: tuple) -> TokenizedShard | None:
-        return shard_tokens(retriever, feed, item[2], item[3], item[4]) if item[4] else None
+        return shard_tokens(retriever, feed, item[2], item[3], item[4]) if len(item[4]) else None
 
-    for (index, ids, _, titles, texts, found, old), tokens in _ahead(tokens_of, work()):
-        fresh = encode_shard(model, titles, texts, batch_size=batch_size, device=device,
-                             precision=manifest.precision, on_batch=bar.update, tokens=tokens) if texts else \
-            np.zeros((0, manifest.dim), np.float32)
-        if found is None:
-            vectors = fresh
-        else:
-            vectors = np.empty((len(ids), manifest.dim), dtype=np.float32)
-            vectors[found], vectors[~found] = old, fresh
-            reused += int(found.sum())
-            bar.update(int(found.sum()))
+    def write(index: int, ids: pa.Array, vectors: np.ndarray) -> None:
         record_shard(out_dir, manifest, write_shard(out_dir, index, ids, as_storage(vectors, manifest.dtype)))
-        encoded += len(ids)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as writer:
+        writing: Future | None = None
+        for (index, ids, _, titles, texts, found, old), tokens in _ahead(tokens_of, work()):
+            if tokens is None:  # not token-level (or nothing to encode): the retriever takes strings
+                titles, texts = passage_strings(titles), passage_strings(texts)
+            fresh = encode_shard(model, titles, texts, batch_size=batch_size, device=device,
+                                 precision=manifest.precision, on_batch=bar.update, tokens=tokens,
+                                 batch_tokens=batch_tokens) if len(texts) else np.zeros((0, manifest.dim), np.float32)
+            if found is None:
+                vectors = fresh
+            else:
+                vectors = np.empty((len(ids), manifest.dim), dtype=np.float32)
+                vectors[found], vectors[~found] = old, fresh
+                reused += int(found.sum())
+                bar.update(int(found.sum()))
+            if writing is not None:
+                writing.result()  # the previous shard is written and recorded (or its error raised here)
+            writing = writer.submit(write, index, ids, vectors)
+            encoded += len(ids)
+        if writing is not None:
+            writing.result()
     return encoded, reused
 
 

@@ -15,20 +15,37 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...storage.passage_tokens import Tokenization, TokenRows
 from .passage_tokenizer import PassageTokenizer, TokenizePool
 
 
-def passage_keys(ids: Sequence[str], titles: Sequence[str | None], texts: Sequence[str]) -> np.ndarray:
-    """(n, 2) uint64: a 128-bit hash of each passage's id, title and text."""
+def passage_keys(ids: Sequence[str] | pa.Array, titles: Sequence[str | None] | pa.Array,
+                 texts: Sequence[str] | pa.Array) -> np.ndarray:  # fmt: skip
+    """(n, 2) uint64: a 128-bit BLAKE2b hash of each passage's "id\0title\0text\0".
+
+    Arrow joins the three columns in one pass, so the only per-passage Python work is the hash
+    call itself (about 2.5x faster than formatting each passage's string in Python)."""
     if len(ids) != len(titles) or len(ids) != len(texts):
         raise ValueError(f"{len(ids)} ids, {len(titles)} titles and {len(texts)} texts")
+    columns = [column if isinstance(column, pa.Array | pa.ChunkedArray) else pa.array(column, pa.string())
+               for column in (ids, titles, texts)]  # fmt: skip
+    columns[1] = pc.fill_null(columns[1], "")
+    joined = pc.binary_join_element_wise(*columns, pa.scalar("", pa.string()), "\x00").cast(pa.binary())
     blake2b = hashlib.blake2b
-    digests = b"".join(  # one call per passage over "id\0title\0text\0": the stream hashed part by part before
-        blake2b(f"{pid}\x00{title or ''}\x00{text or ''}\x00".encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        for pid, title, text in zip(ids, titles, texts, strict=True))
+    digests = b"".join([blake2b(value, digest_size=16).digest() for value in joined.to_pylist()])
     return np.frombuffer(digests, dtype=np.uint64).reshape(-1, 2).copy()
+
+
+def passage_strings(column: Sequence[str | None] | pa.Array | pa.ChunkedArray,
+                    rows: np.ndarray | None = None) -> list[str]:  # fmt: skip
+    """A title or text column (or the given rows of it) as Python strings, a missing one as ""."""
+    if isinstance(column, pa.Array | pa.ChunkedArray):
+        values = (column if rows is None else column.take(pa.array(rows, pa.int64()))).to_pylist()
+    else:
+        values = column if rows is None else [column[i] for i in rows]
+    return [v if v is not None else "" for v in values]
 
 
 class TokenStore(Protocol):
@@ -56,15 +73,16 @@ class TokenFeed:
         self.tokenized = 0  # passages tokenized by this feed
         self.reused = 0  # passages whose ids came from the store
 
-    def rows(self, ids: pa.Array, titles: Sequence[str | None], texts: Sequence[str]) -> tuple[TokenRows, np.ndarray]:
+    def rows(self, ids: pa.Array, titles: Sequence[str | None] | pa.Array,
+             texts: Sequence[str] | pa.Array) -> tuple[TokenRows, np.ndarray]:  # fmt: skip
         """(rows, order): passage ``i`` of the shard is row ``order[i]`` of ``rows``."""
         if self.store is None:
             self.tokenized += len(texts)
-            return self.pool.encode(titles, texts), np.arange(len(texts))
-        keys = passage_keys(ids.to_pylist(), titles, texts)
+            return self.pool.encode(passage_strings(titles), passage_strings(texts)), np.arange(len(texts))
+        keys = passage_keys(ids, titles, texts)
         found, stored = self.store.find(keys)
         missing = np.flatnonzero(~found)
-        fresh = self.pool.encode([titles[i] for i in missing], [texts[i] for i in missing])
+        fresh = self.pool.encode(passage_strings(titles, missing), passage_strings(texts, missing))
         if self.write:
             self.store.add(keys[missing], ids.take(pa.array(missing, pa.int64())), fresh, self.passages_version)
         self.tokenized += len(missing)
