@@ -35,3 +35,7 @@ echo "== 4. training step under torchrun, 2 processes (batch 64 per rank)"
 timeout 90 python3 benchmarks/bench_train_step.py --device cuda --base "$BERT" --amp bf16 --modes ddp \
   --world-size 2 --archs ade,taser,sde --batch 64 --hard-negatives 1 --seq-lens 256 --question-len 32 --steps 3 \
   --warmup 1 --no-memory 2>&1 | tee "$LOG/torchrun.txt" | tail -8
+
+echo "== 5. issue 38: BERT-base from stored token ids, feed ceiling, vs sentence-transformers bf16, faiss-gpu vs cpu"
+timeout 420 python3 benchmarks/bench_gpu_tokens.py --passages 200000 --st-passages 20000 --batch-size 256 \
+  --json "$LOG/issue38_tokens.json" 2>&1 | tee "$LOG/issue38_tokens.txt" | tail -40

@@ -29,6 +29,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from ..pipelines.dense.passage_tokenizer import PassageTokenizer, passage_arguments
 from ..pipelines.progress import progress
 from ..storage.atomic import building_directory
 from .buckets import Buckets, embed_rows
@@ -105,11 +106,18 @@ class Retriever(nn.Module):
     def passage_arguments(self, titles: Sequence[str], texts: Sequence[str]) -> tuple[list[str], ...]:
         """The tokenizer's text arguments for passages: the pair (titles, texts), or with
         `passage_input="joined-lowercase"` (DESIRE-ME's reference code) one string "title text"."""
-        if len(titles) != len(texts):
-            raise ValueError(f"got {len(titles)} titles for {len(texts)} passage texts")
-        if self.config.passage_input == "joined-lowercase":
-            return ([f"{t or ''} {x}".strip().lower() for t, x in zip(titles, texts, strict=True)],)
-        return [t or "" for t in titles], list(texts)
+        return passage_arguments(titles, texts, self.config.passage_input)
+
+    def passage_tokenizer(self) -> PassageTokenizer | None:
+        """What `tokenize_passages` does, as a picklable tokenizer whose fingerprint keys the
+        stored token ids; None for a slow tokenizer (passages are then tokenized as before)."""
+        key = (id(self.tokenizer), self.config.passage_input, self.config.passage_max_length)
+        cached = self.__dict__.get("_passage_tokenizer")
+        if cached is None or cached[0] != key:  # made once per tokenizer and settings: copying it costs ~0.1 s
+            with _TOKENIZER_LOCK:
+                cached = (key, PassageTokenizer.from_hf(self.tokenizer, *key[1:]))
+            self.__dict__["_passage_tokenizer"] = cached
+        return cached[1]
 
     def tokenize_passages(self, titles: Sequence[str], texts: Sequence[str]) -> Inputs:
         arguments = self.passage_arguments(titles, texts)

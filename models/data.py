@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -137,6 +138,16 @@ class Batch:
         )
 
 
+class StoredPassageTokens(Protocol):
+    """Passages' token ids found by passage id (``models.training_tokens.TrainingPassageTokens``)."""
+
+    def covers(self, ids: Sequence[str | None]) -> bool: ...
+
+    def padded(self, ids: Sequence[str]) -> Inputs: ...
+
+    def unpadded(self, ids: Sequence[str]) -> dict[str, list[list[int]]]: ...
+
+
 def passage_key(passage: Passage) -> int:
     """A stable int64 identity of a passage's content (title and text): two copies of the same
     paragraph under different ids are still the same passage to the loss."""
@@ -157,13 +168,17 @@ def collate(
     domains: Sequence[str] | None = None,
     bucket_tokens: int | None = None,
     bucket_questions: bool = False,
+    stored: StoredPassageTokens | None = None,
 ) -> Batch:
     """Tokenize questions and passages; pick up to `hard_negatives` per question (seeded).
 
     With `bucket_tokens`, passages (and questions, with `bucket_questions`) come as length
-    buckets of at most that many padded tokens (see `models.buckets`)."""
+    buckets of at most that many padded tokens (see `models.buckets`). With `stored` (the
+    passages' token ids read once from the workspace, `models.training_tokens`) passages are
+    gathered from it, not tokenized: the same tensors."""
     titles = [e.positive[0] for e in examples]
     texts = [e.positive[1] for e in examples]
+    ids = [e.positive_id for e in examples]
     keys = [passage_key(e.positive) for e in examples]
     rng = np.random.default_rng(seed)
     for example in examples:
@@ -172,6 +187,7 @@ def collate(
             take = rng.permutation(len(pool))[:hard_negatives]
             titles.extend(pool[i][0] for i in take)
             texts.extend(pool[i][1] for i in take)
+            ids.extend(example.hard_negative_ids[i] if i < len(example.hard_negative_ids) else None for i in take)
             keys.extend(passage_key(pool[i]) for i in take)
     targets = None
     if domains is not None:
@@ -189,12 +205,12 @@ def collate(
         )
     else:
         question_inputs = retriever.tokenize_questions(questions)
+    from_store = stored is not None and stored.covers(ids)
     if bucket_tokens:
-        passage_inputs: Inputs | Buckets = bucketed(
-            retriever.passage_token_rows(titles, texts), tokenizer, bucket_tokens
-        )
+        rows = stored.unpadded(ids) if from_store else retriever.passage_token_rows(titles, texts)  # type: ignore[union-attr, arg-type]
+        passage_inputs: Inputs | Buckets = bucketed(rows, tokenizer, bucket_tokens)
     else:
-        passage_inputs = retriever.tokenize_passages(titles, texts)
+        passage_inputs = stored.padded(ids) if from_store else retriever.tokenize_passages(titles, texts)  # type: ignore[union-attr, arg-type]
     return Batch(question_inputs, passage_inputs, torch.arange(len(examples)), targets, len(examples),
                  torch.tensor(keys, dtype=torch.int64))  # fmt: skip
 

@@ -25,6 +25,7 @@ from .data import MultiSetSampler, read_examples
 from .dev_eval import InMemoryDevEvaluator
 from .retriever import create_retriever
 from .trainer import Trainer, TrainingConfig, TrainResult, seed_everything
+from .training_tokens import load_training_tokens
 
 
 @dataclass
@@ -47,6 +48,7 @@ class TrainingJob:
     model_options: dict[str, Any] = field(default_factory=dict)
     resume: bool = False
     result_path: str | None = None
+    workspace: str | None = None  # whose passage_tokens table holds (and gets) the passages' token ids
 
     def write(self, path: Path) -> None:
         atomic_write_json(path, {**asdict(self), "training": self.training.model_dump()})
@@ -73,8 +75,9 @@ def read_result(path: Path) -> TrainResult:
 def run_job(job: TrainingJob) -> TrainResult:
     """Build the retriever, train it on the job's examples; rank 0 writes `result_path`."""
     config = job.training
+    train_sets = [read_examples(Path(s.path)) for s in job.train_sets]
     sampler = MultiSetSampler(
-        [read_examples(Path(s.path)) for s in job.train_sets],
+        train_sets,
         [s.weight for s in job.train_sets],
         seed=config.seed,
         names=[s.name for s in job.train_sets],
@@ -85,8 +88,12 @@ def run_job(job: TrainingJob) -> TrainResult:
     # same seed in one process (a worker, a notebook) give the same model.
     seed_everything(config.seed)
     retriever = create_retriever(job.arch, job.base, **job.model_options)
-    result = Trainer(retriever, sampler, config, evaluator).train(resume=job.resume)
+    stored = load_training_tokens(retriever, [e for examples in train_sets for e in examples], job.workspace,
+                                  write=int(os.environ.get("RANK", "0")) == 0)  # fmt: skip
+    result = Trainer(retriever, sampler, config, evaluator, stored).train(resume=job.resume)
     result.retriever_config = retriever.config.to_dict()
+    if stored is not None:
+        result.passages_tokenized, result.passage_tokens_reused = stored.tokenized, stored.reused
     if job.result_path and int(os.environ.get("RANK", "0")) == 0:
         write_result(result, job.result_path)
     return result

@@ -42,7 +42,7 @@ from ..storage.atomic import atomic_write_json, replace_directory
 from .base import WEIGHTS_NAME, Retriever, load_weights
 from .config import DESIRE_ME_ARCHS
 from .cpu_features import cpu_has_bf16_units
-from .data import Batch, MultiSetSampler, TrainingExample, collate, derived_seed
+from .data import Batch, MultiSetSampler, StoredPassageTokens, TrainingExample, collate, derived_seed
 from .dev_eval import DevEvaluator
 from .distributed import (
     DistributedContext,
@@ -89,6 +89,8 @@ class TrainResult:
     elapsed_s: float = 0.0  # training wall time over all sessions
     cpu_s: float = 0.0  # training process CPU time (user + system, all threads) over all sessions
     retriever_config: dict[str, Any] = field(default_factory=dict)  # the trained model's config.json
+    passages_tokenized: int = 0  # training passages tokenized for this job (the rest read from passage_tokens)
+    passage_tokens_reused: int = 0  # training passages whose token ids came from the passage_tokens table
 
 
 class WarmupLinearSchedule:
@@ -295,11 +297,13 @@ class Trainer:
         data: MultiSetSampler,
         config: TrainingConfig,
         evaluator: DevEvaluator | None = None,
+        stored_tokens: StoredPassageTokens | None = None,
     ) -> None:
         self.retriever = retriever
         self.data = data
         self.config = config
         self.evaluator = evaluator
+        self.stored_tokens = stored_tokens  # the passages' token ids, gathered instead of tokenized per step
         self.output_dir = Path(config.output_dir)
         self.checkpoint_dir = self.output_dir / CHECKPOINT_DIR
         self.best_dir = self.output_dir / "best"
@@ -454,7 +458,8 @@ class Trainer:
     ) -> tuple[float, dict[str, float]]:
         config = self.config
         batch = collate(self.retriever, examples, config.hard_negatives, batch_seed, self.domains,
-                        bucket_tokens=config.bucket_tokens, bucket_questions=config.grad_cache)  # fmt: skip
+                        bucket_tokens=config.bucket_tokens, bucket_questions=config.grad_cache,
+                        stored=self.stored_tokens)  # fmt: skip
         if config.grad_cache:
             batch = batch.to(context.device)
             exclude = duplicate_positive_mask(batch.passage_keys, batch.positive_index) if config.mask_duplicates else None

@@ -33,7 +33,8 @@ TREX_SPLITS: tuple[TrexSplits, ...] = get_args(TrexSplits)
 TrainingMode = Literal["single-set", "multi-set"]  # later rounds: BM25 plus mined negatives, or mined only
 TRAINING_MODES: tuple[TrainingMode, ...] = get_args(TrainingMode)
 
-Precision = Literal["auto", "fp32", "bf16", "fp16"]  # the compute precision of encoding
+# The compute precision of encoding: bf16 casts the linear layers' weights (a copy) and autocasts.
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 Quoting = Literal["csv", "none"]  # a tab-separated line: split as csv.reader does, or at tabs only

@@ -121,6 +121,23 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("config", pa.string()),
         ]
     ),
+    # Passages' token ids, stored once per tokenization (storage/passage_tokens.py): ids as
+    # little-endian uint16 (uint32 for vocabularies over 65,536) bytes, segment ids as uint8.
+    "passage_tokens": pa.schema(
+        [
+            ("tokenization", pa.string()),  # hash of the three below and the id width
+            ("tokenizer", pa.string()),  # fingerprint of the tokenizer's content, not its name
+            ("passage_input", pa.string()),  # pair | joined-lowercase
+            ("max_length", pa.int32()),
+            ("passage_key", pa.binary(16)),  # hash of passage id, title and text
+            ("passage_id", pa.string()),
+            ("length", pa.int32()),  # tokens in the passage
+            ("input_ids", pa.binary()),
+            ("type_ids", pa.binary()),
+            ("id_width", pa.int8()),  # bytes per stored id: 2 or 4
+            ("passages_version", pa.string()),  # the passages snapshot the row was tokenized for
+        ]
+    ),
     # Training curves: one row per logged optimizer step of a registered model (`odqa train`),
     # written in the same commit as its `models` row.
     "training_log": pa.schema(

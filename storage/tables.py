@@ -313,9 +313,12 @@ def commit_together(transactions: Sequence[Transaction]) -> Snapshot:
         committed = Snapshot(version=version, tables=tables, stages=stages)
         save_snapshot(root, committed)
         _collect_garbage(root)
+        # Under the lock: two commits from threads of one process (a thread or in-process Dask
+        # runner) would otherwise write the catalog's views at once (a DuckDB write-write
+        # conflict), and an older snapshot's views could land after a newer one's.
+        refresh_catalog(root, committed, strict=False)
     for tx in transactions:
         tx._closed_after_commit()
-    refresh_catalog(root, committed, strict=False)
     return committed
 
 

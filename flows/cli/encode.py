@@ -19,7 +19,8 @@ from .runner_options import runner_options, runner_settings
 @click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
               help="Stored vector type.")  # fmt: skip
 @click.option("--precision", type=click.Choice(list(PRECISIONS)), default="auto", show_default=True,
-              help="Compute precision (auto: bf16/fp16 on GPU, fp32 on CPU).")  # fmt: skip
+              help="Compute precision (auto: bf16/fp16 on GPU, fp32 on CPU; bf16: linear weights cast "
+                   "to bf16 under autocast; fp32 keeps fp32).")  # fmt: skip
 @runner_options
 @click.pass_context
 def encode(ctx: click.Context, model: str, shard_size: int, batch_size: int, dtype: str, precision: str,

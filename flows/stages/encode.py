@@ -13,6 +13,12 @@ The vectors of a passages version live in `indexes/dense/<model key>/<version>/e
 unchanged passages of an earlier version (`pipelines.dense.passage_diff`: same id, title and
 text), so after a small change of the corpus only the new and changed passages are encoded.
 Re-running with unchanged passages and model is a no-op; a kill resumes after the last shard.
+
+Token ids come from the workspace's `passage_tokens` table (`storage.passage_tokens`), keyed by
+the model's tokenizer content, passage format and maximum length: only passages it lacks are
+tokenized (in worker processes) and added, so a second model with the same tokenizer, a mining
+round's re-encode or a re-index tokenizes nothing it has seen. The report says how many passages
+were tokenized and how many had their ids reused.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ from ...pipelines.dense.sharded_encoding import (
     encode_corpus,
     encode_shard,
     finished_encoding,
+    inference_weights,
     iter_corpus_shards,
     prepare_out_dir,
     read_manifest,
     record_shard,
     resolve_precision,
     shard_columns,
+    shard_tokens,
+    token_feed,
     wanted_manifest,
     write_manifest,
     write_shard,
@@ -53,6 +62,7 @@ from ...pipelines.dense.sharded_encoding import (
 from ...storage import Workspace
 from ...storage.index_layout import IndexLayout
 from ...storage.model_registry import ModelRef, resolve_model
+from ...storage.passage_tokens import PassageTokenStore
 from ...storage.passages import PASSAGE_COLUMNS, passages_in_range, require_passages
 from ...storage.reports import Report
 from ..plumbing.concurrency_slots import gpu_slot
@@ -82,6 +92,8 @@ class EncodeReport(Report):
     dtype: str
     precision: str
     encoded_now: int  # passages encoded by this call (0 when the embeddings were complete)
+    tokenized: int = 0  # passages tokenized by this call
+    tokens_reused: int = 0  # passages whose token ids came from the passage_tokens table
     reused: int = 0  # vectors taken over from the model's encoding of earlier passages
     removed: int = 0  # passages of that earlier encoding no longer in the corpus
     seconds: float = 0.0
@@ -114,6 +126,13 @@ def stored_dtype(ws: Workspace, ref: ModelRef, dtype: str | None) -> str:
         return dtype
     existing = read_manifest(dense_build(ws, ref).embeddings)
     return existing.dtype if existing is not None else "float32"
+
+
+def token_store(ws: Workspace, retriever: object) -> PassageTokenStore | None:
+    """The stored token ids of the retriever's tokenization, if it has a fast tokenizer."""
+    make = getattr(retriever, "passage_tokenizer", None)
+    tokenizer = make() if callable(make) else None
+    return PassageTokenStore(ws, tokenizer.tokenization()) if tokenizer is not None else None
 
 
 def _tell_restart(reason: str | None) -> None:
@@ -152,7 +171,7 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
             corpus_fingerprint=build.passages_version, shard_size=shard_size, batch_size=batch_size, dtype=dtype,  # type: ignore[arg-type]
             devices=devices, precision=precision,  # type: ignore[arg-type]
             retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
-            total=ws.rows("passages"), reuse=reuse,
+            total=ws.rows("passages"), reuse=reuse, token_store=token_store(ws, retriever),
         )  # fmt: skip
     _tell_restart(result.restart_reason)
     removed = 0
@@ -166,7 +185,8 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
         dim=manifest.dim, dtype=manifest.dtype, precision=manifest.precision,
         encoded_now=result.encoded_passages - result.reused_passages, reused=result.reused_passages,
         removed=removed, seconds=round(time.perf_counter() - started, 3), devices=[d or "cpu" for d in devices],
-        restarted=result.restart_reason, noop=result.skipped,
+        restarted=result.restart_reason, noop=result.skipped, tokenized=result.tokenized,
+        tokens_reused=result.tokens_reused,
     )  # fmt: skip
 
 
@@ -186,10 +206,11 @@ def _task_device(shard_index: int) -> str | None:
 def encode_shard_task(
     workspace: str, passage_path: str, shard: dict[str, int], files: list[dict[str, Any]], out_dir: str,
     batch_size: int, precision: str, dtype: str, threads: int | None, model_fingerprint: str, dim: int,
-    machine_slot: bool,
-) -> tuple[Any, str, bool]:  # fmt: skip
+    machine_slot: bool, passages_version: str,
+) -> tuple[Any, str, bool, int, int]:  # fmt: skip
     """Encode one planned shard and write its files; returns (its ShardInfo, the device used,
-    whether it encoded: a shard this run wrote already is taken as it is). On this machine's
+    whether it encoded: a shard this run wrote already is taken as it is, passages tokenized,
+    passages whose token ids came from the `passage_tokens` table). On this machine's
     runners a task holds a `gpu` slot (``machine_slot``) while it encodes (not to find its shard
     written already); on a cluster the workers' declared capacity decides instead."""
     limit_threads(threads)
@@ -208,7 +229,7 @@ def encode_shard_task(
     ids, titles, texts = shard_columns(passages)
     done = written_shard(out, planned.index, ids, dim, dtype)  # type: ignore[arg-type]
     if done is not None:
-        return done, device or "cpu", False
+        return done, device or "cpu", False, 0, 0
     loaded = loaded_model(passage_path)
     retriever = loaded.model
     if loaded.fingerprint != model_fingerprint:
@@ -217,10 +238,17 @@ def encode_shard_task(
             f"{loaded.fingerprint[:12]}, the manifest has {model_fingerprint[:12]}); run the encoding "
             "again"
         )
+    feed = token_feed(retriever, token_store(ws, retriever), passages_version, workers=0)  # a task is a worker already
+    try:
+        tokens = shard_tokens(retriever, feed, ids, titles, texts)
+    finally:
+        if feed is not None:
+            feed.close()
     with gpu_slot(f"encode shard {planned.index}", ws.root) if machine_slot else contextlib.nullcontext():
-        vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
-                               precision=precision)  # type: ignore[arg-type]  # fmt: skip
-    return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True  # type: ignore[arg-type]
+        vectors = encode_shard(inference_weights(retriever, precision), titles, texts, batch_size=batch_size,  # type: ignore[arg-type]
+                               device=device, precision=precision, tokens=tokens)  # type: ignore[arg-type]  # fmt: skip
+    counts = (feed.tokenized, feed.reused) if feed is not None else (len(ids), 0)
+    return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True, *counts  # type: ignore[arg-type]
 
 
 @flow(name="dense-encode-mapped")
@@ -263,7 +291,7 @@ def encode_mapped_flow(
     write_manifest(out, manifest)  # what the shard files belong to, before any task writes one
     plan = pending_shards(snapshot.rows("passages"), manifest.shard_size, manifest.shards)
     log.info("encode %s: %d shard(s) to encode, %d already finished", model, len(plan), len(manifest.shards))
-    encoded, taken, devices, failures = 0, 0, set(), []
+    encoded, taken, tokenized, tokens_reused, devices, failures = 0, 0, 0, 0, set(), []
     started = time.perf_counter()
     runner = runner or RunnerSettings()
     needs = accelerator_needed(runner)
@@ -271,13 +299,15 @@ def encode_mapped_flow(
         futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
                                         str(out), batch_size, manifest.precision, dtype, threads,
                                         manifest.model_fingerprint, manifest.dim,
-                                        not on_cluster(runner))  # fmt: skip
+                                        not on_cluster(runner), version)  # fmt: skip
     planned = {future.task_run_id: shard for future, shard in zip(futures, plan, strict=True)}
     for future, result, error in settled(list(futures), needs if on_cluster(runner) else None):
         if error is not None:  # record every shard that did finish, then fail
             failures.append(error)
             continue
-        info, device, fresh = result
+        info, device, fresh, shard_tokenized, shard_reused = result
+        tokenized += shard_tokenized
+        tokens_reused += shard_reused
         if info.count != planned[future.task_run_id].count:
             raise RuntimeError(f"shard {info.index}: {info.count} passages written, "
                                f"{planned[future.task_run_id].count} planned")  # fmt: skip
@@ -293,7 +323,8 @@ def encode_mapped_flow(
     write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
     return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=encoded,
                         seconds=round(time.perf_counter() - started, 3), devices=sorted(devices),
-                        restarted=restart_reason, tasks=len(plan), taken=taken)  # fmt: skip
+                        restarted=restart_reason, tasks=len(plan), taken=taken, tokenized=tokenized,
+                        tokens_reused=tokens_reused)  # fmt: skip
 
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:

@@ -105,6 +105,8 @@ class TrainReport(Report):
     dev_pool: str | None = None  # what dev_metrics ranked: not the corpus (see `dev_pool_text`)
     hard_negatives: str | None = None  # how many hard negatives per question training used
     resumed: str | None = None
+    passages_tokenized: int = 0  # training passages tokenized (the rest came from passage_tokens)
+    passage_tokens_reused: int = 0
 
     spread: ClassVar[dict[str, str]] = {"dev_metrics": "dev "}
 
@@ -387,7 +389,7 @@ def train_flow(
         config = TrainingConfig(**{**training.model_dump(), "snapshot_dir": snapshots}, output_dir=str(work))
         job = TrainingJob(arch=arch, base=base_path, training=config, train_sets=train_sets, dev_path=dev_path,
                           model_options=retriever.model_options(domains), resume=resuming,
-                          result_path=str(work / "result.json"))  # fmt: skip
+                          result_path=str(work / "result.json"), workspace=str(ws.root))  # fmt: skip
         job_file = work / "job.json"
         job.write(job_file)
         if launch.nodes > 1:
@@ -416,7 +418,8 @@ def train_flow(
                              dev_pool=dev_pool_text(dev_path, dev) if dev_path and dev else None,
                              hard_negatives=hard_negatives_text(training.hard_negatives,
                                                                 [loaded[s.name] for s in specs]),
-                             resumed=message if resuming else None)  # fmt: skip
+                             resumed=message if resuming else None, passages_tokenized=result.passages_tokenized,
+                             passage_tokens_reused=result.passage_tokens_reused)  # fmt: skip
         register_model(ws, model_id, result.model_dir, row, stage=stage, stage_fingerprint=stage_fp,
                        curve=result.log, leave_out=TRAINING_FILES, report=report.ledger())  # fmt: skip
         shutil.rmtree(work, ignore_errors=True)

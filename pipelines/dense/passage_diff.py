@@ -14,7 +14,6 @@ manifest; anything else encodes everything.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,21 +25,10 @@ import pyarrow.parquet as pq
 
 from ...storage.atomic import atomic_file
 from .sharded_encoding import EncodedCorpus, EncodingManifest, read_manifest
+from .stored_tokens import passage_keys
 
 KEYS_NAME = "keys.parquet"
 KEY_SCHEMA = pa.schema([("hi", pa.uint64()), ("lo", pa.uint64())])
-
-
-def passage_keys(ids: Sequence[str], titles: Sequence[str | None], texts: Sequence[str]) -> np.ndarray:
-    """(n, 2) uint64: a 128-bit hash of each passage's id, title and text."""
-    out = np.empty((len(ids), 2), dtype=np.uint64)
-    for row, (pid, title, text) in enumerate(zip(ids, titles, texts, strict=True)):
-        digest = hashlib.blake2b(digest_size=16)
-        for part in (str(pid), title or "", text or ""):
-            digest.update(part.encode("utf-8", "surrogatepass"))
-            digest.update(b"\x00")
-        out[row] = np.frombuffer(digest.digest(), dtype=np.uint64)
-    return out
 
 
 def write_keys(out_dir: Path | str, batches: Iterable[pa.RecordBatch | pa.Table]) -> int:

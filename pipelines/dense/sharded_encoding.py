@@ -12,14 +12,17 @@ pair with ``complete: true`` makes a re-run a no-op, a different pair starts ove
 line saying why), because mixing vectors of two models or two corpora would silently corrupt
 every index built from them.
 
-Speed comes from: tokenizing each shard once, in a background thread while the previous shard
-is encoded (fast tokenizers release the GIL), and ordering its passages by their real token
-counts, so a batch pads to the longest of near-equal lengths (ordering by characters, as
-sentence-transformers does, leaves 25-40% padding on 100-word passages); the original order is
-restored on write. Then ``torch.inference_mode``, bf16/fp16 autocast on GPUs (bf16 on request
-on CPUs with bf16 matrix units), and one process per GPU (shards handed out round-robin).
-Memory stays bounded by two shards per worker (the one encoded, the one tokenized ahead) plus
-one queued shard, whatever the corpus size.
+Speed comes from: token ids stored once per tokenizer in the workspace (``token_store``,
+``pipelines.dense.stored_tokens``), so a passage is tokenized once for every model that shares
+its tokenizer, and the rest tokenized in worker processes for the next shard while this one is
+encoded; ordering a shard's passages by their real token counts, so a batch pads to the longest
+of near-equal lengths (ordering by characters, as sentence-transformers does, leaves 25-40%
+padding on 100-word passages); the original order is restored on write. The device thread only
+moves ready batches: a helper thread builds the next padded batch (in pinned memory on CUDA,
+copied with ``non_blocking``) while the current one runs. Then ``torch.inference_mode``, the
+weights cast to bf16 on GPUs (``precision``), and one process per GPU (shards handed out
+round-robin). Memory stays bounded by two shards per worker (the one encoded, the one tokenized
+ahead) plus one queued shard, whatever the corpus size.
 
 torch is imported where vectors are computed, not with the module: index builds, release
 publishing and BM25-only re-index runs read manifests and shards through it and never encode
@@ -29,6 +32,7 @@ publishing and BM25-only re-index runs read manifests and shards through it and 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import queue
@@ -48,6 +52,7 @@ from ...storage.atomic import atomic_write, atomic_write_text
 from ...storage.choices import PRECISIONS, Precision
 from ..progress import progress as progress_bar
 from .retriever_protocol import DenseRetriever
+from .stored_tokens import TokenFeed, TokenRows, TokenStore, passage_strings
 
 if TYPE_CHECKING:
     import torch
@@ -113,6 +118,8 @@ class EncodingResult:
     skipped: bool  # the directory was already complete for this model and corpus
     restart_reason: str | None  # why earlier shards were discarded, if they were
     reused_passages: int = 0  # of encoded_passages, copied from a previous encoding (``reuse``)
+    tokenized: int = 0  # passages tokenized by this call
+    tokens_reused: int = 0  # passages whose token ids came from the token store
 
 
 class VectorSource(Protocol):
@@ -210,9 +217,14 @@ def iter_corpus_shards(
 def resolve_precision(precision: Precision, devices: Sequence[str | None]) -> Precision:
     """``auto``: bf16 on GPUs that support it (else fp16), fp32 on CPU.
 
-    bf16 is also offered on CPU: on CPUs with native bf16 matrix units (AMX, AVX512-BF16) it
-    encodes about twice as fast, with vectors at cosine > 0.9999 to fp32. It is not the CPU
-    default because the vectors then depend on the CPU's instruction set.
+    ``bf16`` runs on a copy of the model whose linear layers hold bf16 weights, under bf16
+    autocast (``inference_weights``): the matrix products read bf16 weights without casting
+    them at every call, while embeddings, LayerNorm and the residual stream stay fp32, so the
+    vectors are those of plain autocast (MiniLM on real passages: cosine >= 0.99998 to fp32;
+    casting the embeddings too drops it to 0.997). ``fp32`` keeps everything in fp32, the
+    option for vectors that must not depend on the device. bf16 is also offered on CPU: on CPUs with native bf16 matrix units (AMX, AVX512-BF16)
+    it encodes about twice as fast. It is not the CPU default because the vectors then depend
+    on the CPU's instruction set.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -235,6 +247,25 @@ def _autocast(device: str | None, precision: Precision) -> contextlib.AbstractCo
 
     device_type = "cuda" if device is not None and str(device).startswith("cuda") else "cpu"
     return torch.autocast(device_type=device_type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+
+def inference_weights(retriever: DenseRetriever, precision: Precision) -> DenseRetriever:
+    """The retriever to encode with: for ``bf16`` a copy whose linear layers hold bf16 weights
+    (the tokenizer shared, not copied; see ``resolve_precision``), else the retriever itself. A
+    retriever whose linear layers are bf16 already is kept."""
+    import torch
+
+    if precision != "bf16" or not isinstance(retriever, torch.nn.Module):
+        return retriever
+    linears = [m for m in retriever.modules() if isinstance(m, torch.nn.Linear)]
+    if not linears or all(m.weight.dtype == torch.bfloat16 for m in linears):
+        return retriever
+    tokenizer = getattr(retriever, "tokenizer", None)
+    cast = copy.deepcopy(retriever, memo={id(tokenizer): tokenizer} if tokenizer is not None else None)
+    for module in cast.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.to(torch.bfloat16)
+    return cast.eval()  # type: ignore[return-value]
 
 
 class TokenLevelRetriever(Protocol):
@@ -268,17 +299,43 @@ class TokenizedShard:
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def batch(self, positions: np.ndarray) -> dict[str, torch.Tensor]:
-        """Right-padded tensors of the given rows, padded to the longest of them only."""
+    @classmethod
+    def from_rows(cls, rows: TokenRows, order: np.ndarray, pad_values: dict[str, int]) -> TokenizedShard | None:
+        """Passage ``i`` as row ``order[i]`` of stored or worker-made rows; None when the model's
+        tokenizer gives an input the rows do not hold (only ids, segment ids and the mask)."""
+        flat: dict[str, np.ndarray] = {}
+        for key in pad_values:
+            if key == "input_ids":
+                flat[key] = rows.input_ids
+            elif key == "token_type_ids":
+                flat[key] = rows.type_ids
+            elif key == "attention_mask":
+                flat[key] = np.ones(len(rows.input_ids), np.uint8)
+            else:
+                return None
+        return cls(flat, rows.starts[order], rows.lengths[order].astype(np.int64), pad_values)
+
+    def batch(self, positions: np.ndarray, pin: bool = False) -> dict[str, torch.Tensor]:
+        """Right-padded tensors of the given rows, padded to the longest of them only (in pinned
+        memory with ``pin``, so the copy to the GPU can run while the host goes on)."""
         import torch
 
         lengths = self.lengths[positions]
         width = int(lengths.max())
-        columns = np.arange(width)
-        valid = columns[None, :] < lengths[:, None]
-        index = np.where(valid, self.starts[positions][:, None] + columns[None, :], 0)
-        return {key: torch.from_numpy(np.where(valid, values[index], self.pad_values[key]).astype(np.int64))
-                for key, values in self.flat.items()}
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        # the flat index of every real token, row by row (the order ``out[valid]`` fills in)
+        firsts = np.cumsum(lengths) - lengths
+        source = np.arange(int(lengths.sum())) + np.repeat(self.starts[positions] - firsts, lengths)
+        out = {}
+        for key, values in self.flat.items():
+            if key == "attention_mask" and self.pad_values[key] == 0:
+                padded = valid.astype(np.int64)  # a real token's mask is 1 (only real tokens are kept)
+            else:
+                padded = np.full(valid.shape, self.pad_values[key], dtype=np.int64)
+                padded[valid] = values[source]
+            tensor = torch.from_numpy(padded)
+            out[key] = tensor.pin_memory() if pin else tensor
+        return out
 
 
 def _is_token_level(retriever: object) -> bool:
@@ -327,6 +384,33 @@ def tokenize_shard(retriever: object, titles: Sequence[str], texts: Sequence[str
                           starts, all_lengths, pad_values)
 
 
+_STORABLE_INPUTS = {"input_ids", "token_type_ids", "attention_mask"}
+
+
+def token_feed(retriever: object, store: TokenStore | None, passages_version: str,
+               workers: int | None = None, write: bool = True) -> TokenFeed | None:  # fmt: skip
+    """Where the shards' tokens come from: the store (when given) and tokenizer worker
+    processes; None when the retriever is not token-level, has no fast tokenizer, or takes
+    inputs other than ids, segment ids and mask (it is then tokenized as before, unstored)."""
+    make = getattr(retriever, "passage_tokenizer", None)
+    if not _is_token_level(retriever) or not callable(make):
+        return None
+    pad_values = _pad_values(retriever)  # type: ignore[arg-type]
+    tokenizer = make()
+    if pad_values is None or tokenizer is None or not set(pad_values) <= _STORABLE_INPUTS:
+        return None
+    return TokenFeed(tokenizer, store, passages_version, workers, write)
+
+
+def shard_tokens(retriever: object, feed: TokenFeed | None, ids: pa.Array, titles: Sequence[str],
+                 texts: Sequence[str]) -> TokenizedShard | None:  # fmt: skip
+    """A shard's tokens from the feed, else tokenized here (``tokenize_shard``)."""
+    if feed is None:
+        return tokenize_shard(retriever, passage_strings(titles), passage_strings(texts))
+    rows, order = feed.rows(ids, titles, texts)
+    return TokenizedShard.from_rows(rows, order, _pad_values(retriever))  # type: ignore[arg-type]
+
+
 CPU_BATCH_TOKENS = 4096  # padded tokens per batch on CPU (about 30 passages of 100 words)
 
 
@@ -366,23 +450,28 @@ def encode_tokenized(
     device: str | None,
     precision: Precision = "fp32",
     on_batch: Callable[[int], None] | None = None,
+    batch_tokens: int | None = None,
 ) -> np.ndarray:
-    """float32 vectors of a tokenized shard in input order (see ``encode_shard``)."""
+    """float32 vectors of a tokenized shard in input order (see ``encode_shard``). A batch holds
+    at most ``batch_tokens`` padded tokens: None is the device's default (``CPU_BATCH_TOKENS``
+    on CPU, no cap on GPUs), 0 no cap."""
     import torch
 
-    module: torch.nn.Module = retriever  # type: ignore[assignment]
+    module: torch.nn.Module = inference_weights(retriever, precision)  # type: ignore[arg-type, assignment]
     if device is not None:
         module.to(device)
     target = next(module.parameters()).device
     out = np.empty((len(tokens), int(retriever.embedding_dim)), dtype=np.float32)  # type: ignore[attr-defined]
-    budget = CPU_BATCH_TOKENS if target.type == "cpu" else None
+    budget = (CPU_BATCH_TOKENS if target.type == "cpu" else None) if batch_tokens is None else (batch_tokens or None)
+    pin = target.type == "cuda"
     was_training = module.training
     module.eval()
     try:
         with torch.inference_mode(), _autocast(device, precision):
-            for positions in token_batches(tokens.lengths, batch_size, budget):
-                inputs = {k: v.to(target, non_blocking=True) for k, v in tokens.batch(positions).items()}
-                out[positions] = retriever.embed_passages(inputs).float().cpu().numpy()
+            batches = token_batches(tokens.lengths, batch_size, budget)
+            for positions, host in _ahead(lambda p: tokens.batch(p, pin), batches):
+                inputs = {k: v.to(target, non_blocking=pin) for k, v in host.items()}
+                out[positions] = module.embed_passages(inputs).float().cpu().numpy()  # type: ignore[operator]
                 if on_batch is not None:
                     on_batch(len(positions))
     finally:
@@ -400,6 +489,7 @@ def encode_shard(
     precision: Precision = "fp32",
     on_batch: Callable[[int], None] | None = None,
     tokens: TokenizedShard | None = None,
+    batch_tokens: int | None = None,
 ) -> np.ndarray:
     """float32 vectors of one shard in input order, encoded in length-sorted batches.
 
@@ -411,7 +501,7 @@ def encode_shard(
         tokens = tokenize_shard(retriever, titles, texts)
     if tokens is not None:
         return encode_tokenized(retriever, tokens, batch_size=batch_size, device=device,  # type: ignore[arg-type]
-                                precision=precision, on_batch=on_batch)
+                                precision=precision, on_batch=on_batch, batch_tokens=batch_tokens)
     import torch
 
     out = np.empty((len(texts), retriever.embedding_dim), dtype=np.float32)
@@ -428,9 +518,8 @@ def encode_shard(
 
 def shard_columns(shard: pa.Table) -> tuple[pa.Array, list[str], list[str]]:
     """Ids, titles (missing ones as "") and texts of a shard, as the encoder takes them."""
-    ids = shard.column("passage_id").combine_chunks()
-    titles = [t if t is not None else "" for t in shard.column("title").to_pylist()]
-    return ids, titles, shard.column("text").to_pylist()
+    return (shard.column("passage_id").combine_chunks(), passage_strings(shard.column("title")),
+            shard.column("text").to_pylist())
 
 
 def default_devices() -> list[str | None]:
@@ -533,6 +622,9 @@ def encode_corpus(
     total: int | None = None,
     progress: bool | None = None,
     reuse: VectorSource | None = None,
+    token_store: TokenStore | None = None,
+    tokenize_workers: int | None = None,
+    batch_tokens: int | None = None,
 ) -> EncodingResult:
     """Encode the passages of ``batches`` (columns passage_id, title, text) into ``out_dir``.
 
@@ -546,6 +638,10 @@ def encode_corpus(
     silences it. ``reuse`` hands over the vectors of passages encoded before (same model, same
     text): only the others are encoded, and the shards are those a full encoding writes. It
     applies to the single-device path; with several devices everything is encoded.
+    ``token_store`` holds the token ids of passages tokenized before with the model's
+    tokenizer: only the others are tokenized (in ``tokenize_workers`` processes, default all
+    cores but one) and added to it, on one device or several (the device workers get ready
+    tokens). ``batch_tokens`` caps a batch's padded tokens (see ``encode_tokenized``).
     """
     out_dir = Path(out_dir)
     devices = list(devices) if devices is not None else default_devices()
@@ -559,20 +655,27 @@ def encode_corpus(
         raise ValueError("several devices need retriever_factory so each worker loads its own copy")
     reused = 0
     with progress_bar(total, "encode", "psg", enabled=progress is not False) as bar:
-        if len(devices) > 1:
-            if reuse is not None:
-                log.warning("%s: vector reuse applies to one device; encoding every passage on %d", out_dir,
-                            len(devices))
-            encoded = _encode_multiprocess(manifest, done, batches, out_dir, devices, retriever_factory,
-                                           batch_size, bar)
-        else:
-            encoded, reused = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
-                                                 batch_size, bar, reuse)
+        feed = token_feed(retriever, token_store, corpus_fingerprint, tokenize_workers)
+        try:
+            if len(devices) > 1:
+                if reuse is not None:
+                    log.warning("%s: vector reuse applies to one device; encoding every passage on %d", out_dir,
+                                len(devices))
+                encoded = _encode_multiprocess(manifest, done, batches, out_dir, devices, retriever_factory,
+                                               batch_size, bar, retriever, feed)
+            else:
+                encoded, reused = _encode_in_process(manifest, done, batches, out_dir, retriever, devices[0],
+                                                     batch_size, bar, reuse, feed, batch_tokens)
+        finally:
+            if feed is not None:
+                feed.close()
     manifest.shards.sort(key=lambda s: s.index)
     manifest.num_passages = sum(s.count for s in manifest.shards)
     manifest.complete = True
     write_manifest(out_dir, manifest)
-    return EncodingResult(manifest, encoded, False, restart_reason, reused)
+    # Without a feed (a retriever without a fast tokenizer) every passage encoded was tokenized.
+    tokenized, tokens_reused = (feed.tokenized, feed.reused) if feed is not None else (encoded - reused, 0)
+    return EncodingResult(manifest, encoded, False, restart_reason, reused, tokenized, tokens_reused)
 
 
 def record_shard(out_dir: Path, manifest: EncodingManifest, info: ShardInfo) -> None:
@@ -597,13 +700,14 @@ def _skip_finished(out_dir: Path, done: dict[int, ShardInfo], index: int, shard:
     return True
 
 
-def _tokenized_ahead(retriever: object, work: Iterable[tuple]) -> Iterator[tuple[tuple, TokenizedShard | None]]:
-    """Pair each ``(index, ids, titles, texts)`` with its tokens, tokenizing the next one in a
-    background thread while the caller encodes the current one (at most two shards held)."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
-        pending: tuple[tuple, Future] | None = None
-        for item in work:
-            future = pool.submit(tokenize_shard, retriever, item[2], item[3])
+def _ahead(make: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    """Pair each item with ``make(item)``, making the next one in a helper thread while the
+    caller works on the current one (at most two made at a time). Shards get their tokens this
+    way (tokenizing itself runs in worker processes, ``TokenFeed``), batches their tensors."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ahead") as pool:
+        pending: tuple[Any, Future] | None = None
+        for item in items:
+            future = pool.submit(make, item)
             if pending is not None:
                 yield pending[0], pending[1].result()
             pending = (item, future)
@@ -612,45 +716,68 @@ def _tokenized_ahead(retriever: object, work: Iterable[tuple]) -> Iterator[tuple
 
 
 def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batch_size, bar,
-                       reuse: VectorSource | None = None) -> tuple[int, int]:
+                       reuse: VectorSource | None = None, feed: TokenFeed | None = None,
+                       batch_tokens: int | None = None) -> tuple[int, int]:  # fmt: skip
     """(passages written, of which reused): each shard's reusable vectors are looked up first,
-    and only the rest is tokenized and encoded."""
+    and only the rest gets its tokens (``feed``) and is encoded. A shard's files are written
+    (and synced) in a helper thread while the next shard is encoded; one write at a time, and a
+    shard enters the manifest only once its files are whole."""
     encoded = reused = 0
+    model = inference_weights(retriever, manifest.precision)
 
     def work() -> Iterator[tuple]:
+        """Each shard's Arrow columns (only its passages without reusable vectors): hashed and
+        looked up in the token store as they are; Python strings are made only to tokenize."""
         for index, shard in iter_corpus_shards(batches, manifest.shard_size):
             if _skip_finished(out_dir, done, index, shard, bar):
                 continue
-            ids, titles, texts = shard_columns(shard)
+            ids, titles, texts = (shard.column(name).combine_chunks() for name in REQUIRED_COLUMNS)
             if reuse is None:
-                yield index, ids, titles, texts, None, None
+                yield index, ids, ids, titles, texts, None, None
                 continue
-            found, old = reuse.take(ids.to_pylist(), titles, texts)
-            todo = np.flatnonzero(~found)
-            yield index, ids, [titles[i] for i in todo], [texts[i] for i in todo], found, old
+            found, old = reuse.take(ids, titles, texts)
+            todo = pa.array(np.flatnonzero(~found), pa.int64())
+            yield index, ids, ids.take(todo), titles.take(todo), texts.take(todo), found, old
 
-    for (index, ids, titles, texts, found, old), tokens in _tokenized_ahead(retriever, work()):
-        fresh = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device,
-                             precision=manifest.precision, on_batch=bar.update, tokens=tokens) if texts else \
-            np.zeros((0, manifest.dim), np.float32)
-        if found is None:
-            vectors = fresh
-        else:
-            vectors = np.empty((len(ids), manifest.dim), dtype=np.float32)
-            vectors[found], vectors[~found] = old, fresh
-            reused += int(found.sum())
-            bar.update(int(found.sum()))
+    def tokens_of(item: tuple) -> TokenizedShard | None:
+        return shard_tokens(retriever, feed, item[2], item[3], item[4]) if len(item[4]) else None
+
+    def write(index: int, ids: pa.Array, vectors: np.ndarray) -> None:
         record_shard(out_dir, manifest, write_shard(out_dir, index, ids, as_storage(vectors, manifest.dtype)))
-        encoded += len(ids)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as writer:
+        writing: Future | None = None
+        for (index, ids, _, titles, texts, found, old), tokens in _ahead(tokens_of, work()):
+            if tokens is None:  # not token-level (or nothing to encode): the retriever takes strings
+                titles, texts = passage_strings(titles), passage_strings(texts)
+            fresh = encode_shard(model, titles, texts, batch_size=batch_size, device=device,
+                                 precision=manifest.precision, on_batch=bar.update, tokens=tokens,
+                                 batch_tokens=batch_tokens) if len(texts) else np.zeros((0, manifest.dim), np.float32)
+            if found is None:
+                vectors = fresh
+            else:
+                vectors = np.empty((len(ids), manifest.dim), dtype=np.float32)
+                vectors[found], vectors[~found] = old, fresh
+                reused += int(found.sum())
+                bar.update(int(found.sum()))
+            if writing is not None:
+                writing.result()  # the previous shard is written and recorded (or its error raised here)
+            writing = writer.submit(write, index, ids, vectors)
+            encoded += len(ids)
+        if writing is not None:
+            writing.result()
     return encoded, reused
 
 
 def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision, dtype) -> None:
-    """One process per device: load a retriever, encode and write the shards it is handed."""
+    """One process per device: load a retriever, encode and write the shards it is handed, with
+    the tokens the parent took from the feed (tokenized here when it had none for this model)."""
     try:
         retriever = factory()
-        for (index, ids, titles, texts), tokens in _tokenized_ahead(retriever, iter(tasks.get, None)):
-            vectors = encode_shard(retriever, titles, texts, batch_size=batch_size, device=device, precision=precision,
+        model = inference_weights(retriever, precision)
+        tokenize = lambda item: item[4] if item[4] is not None else tokenize_shard(retriever, item[2], item[3])  # noqa: E731
+        for (index, ids, titles, texts, _), tokens in _ahead(tokenize, iter(tasks.get, None)):
+            vectors = encode_shard(model, titles, texts, batch_size=batch_size, device=device, precision=precision,
                                    on_batch=lambda n: results.put(("progress", n)), tokens=tokens)
             results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype))))
     except BaseException:
@@ -658,7 +785,11 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
         raise
 
 
-def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, batch_size, bar) -> int:
+def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, batch_size, bar, retriever,
+                         feed: TokenFeed | None) -> int:  # fmt: skip
+    """Hand shards round-robin to one worker process per device, each with its tokens from
+    ``feed`` (stored ids, the rest tokenized in the feed's worker processes) made one shard ahead
+    here, so no device worker tokenizes what the store holds."""
     import torch
 
     ctx = torch.multiprocessing.get_context("spawn")
@@ -695,17 +826,20 @@ def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, bat
             raise RuntimeError(f"encoding worker(s) died with exit code(s) {[w.exitcode for w in dead]}")
 
     try:
-        pending = 0
-        for index, shard in iter_corpus_shards(batches, manifest.shard_size):
-            if _skip_finished(out_dir, done, index, shard, bar):
-                continue
-            ids, titles, texts = shard_columns(shard)
+        def shards() -> Iterator[tuple]:
+            for index, shard in iter_corpus_shards(batches, manifest.shard_size):
+                if not _skip_finished(out_dir, done, index, shard, bar):
+                    yield (index, *shard_columns(shard))
+
+        def tokens_of(item: tuple) -> TokenizedShard | None:
+            return shard_tokens(retriever, feed, item[1], item[2], item[3]) if feed is not None else None
+
+        for pending, ((index, ids, titles, texts), tokens) in enumerate(_ahead(tokens_of, shards())):
             tasks = task_queues[pending % len(devices)]
-            pending += 1
             in_flight.add(index)
             while True:
                 try:
-                    tasks.put((index, ids, titles, texts), timeout=0.5)
+                    tasks.put((index, ids, titles, texts, tokens), timeout=0.5)
                     break
                 except queue.Full:
                     drain(block=False)

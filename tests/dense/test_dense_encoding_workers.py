@@ -10,6 +10,8 @@ from dense_corpus import as_batches, make_corpus
 from dense_minilm import load_minilm
 
 from odqa.pipelines.dense.sharded_encoding import EncodedCorpus, encode_corpus
+from odqa.storage.passage_tokens import PassageTokenStore
+from tests.experiments.tiny_encoder import write_tiny_encoder
 
 
 @pytest.fixture(scope="module")
@@ -22,19 +24,27 @@ def _vectors(folder) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_worker_processes_match_in_process_encoding(tmp_path, retriever):
-    """Two worker processes (CPU stands in for two GPUs) give the in-process result."""
+def test_worker_processes_match_in_process_encoding(tmp_path, workspace):
+    """Two worker processes (CPU stands in for two GPUs) give the in-process result, and get
+    their tokens from the passage_tokens table the in-process run filled: none tokenized again."""
+    from odqa.models.retriever import load_retriever
+
+    model = load_retriever(write_tiny_encoder(tmp_path / "tiny", layers=1))
     corpus = make_corpus(60, seed=4, max_words=12)
-    kwargs = dict(corpus_fingerprint="c", shard_size=10, batch_size=8, progress=False)
-    encode_corpus(retriever, as_batches(corpus, 7), tmp_path / "one", devices=[None], **kwargs)
-    result = encode_corpus(retriever, as_batches(corpus, 7), tmp_path / "two", devices=[None, None],
-                           retriever_factory=functools.partial(load_minilm), **kwargs)
+    store = PassageTokenStore(workspace, model.passage_tokenizer().tokenization())
+    kwargs = dict(corpus_fingerprint="c", shard_size=10, batch_size=8, progress=False, token_store=store,
+                  tokenize_workers=0)
+    first = encode_corpus(model, as_batches(corpus, 7), tmp_path / "one", devices=[None], **kwargs)
+    assert (first.tokenized, first.tokens_reused) == (60, 0)
+    result = encode_corpus(model, as_batches(corpus, 7), tmp_path / "two", devices=[None, None],
+                           retriever_factory=functools.partial(load_retriever, str(tmp_path / "tiny")), **kwargs)
     assert result.encoded_passages == 60 and result.manifest.complete
+    assert (result.tokenized, result.tokens_reused) == (0, 60)
     assert [s.index for s in result.manifest.shards] == list(range(6))
     assert EncodedCorpus(tmp_path / "two").ids().to_pylist() == corpus.column("passage_id").to_pylist()
     np.testing.assert_allclose(_vectors(tmp_path / "two"), _vectors(tmp_path / "one"), atol=1e-6)
     with pytest.raises(ValueError, match="several devices need retriever_factory"):
-        encode_corpus(retriever, as_batches(corpus, 7), tmp_path / "three", devices=[None, None], **kwargs)
+        encode_corpus(model, as_batches(corpus, 7), tmp_path / "three", devices=[None, None], **kwargs)
 
 
 def test_bf16_precision_is_recorded_close_and_restarts(tmp_path, retriever):

@@ -111,6 +111,11 @@ def test_killed_between_rounds_the_same_command_resumes_at_round_two_which_learn
         assert not negatives & set(question["positive_ids"] or [])
         assert not any(has_answer(passages[p], question["answers"]) for p in negatives)
     assert rounds[1]["negatives"][0]["mean_per_question"] > rounds[0]["negatives"][0]["mean_per_question"] == 1
+    # Round 1 tokenized its training passages into passage_tokens; its model's index build added
+    # the rest, so round 2 trains on stored token ids only.
+    tokens1, tokens2 = (ws.stage_record(f"train-t-round{r}").report for r in (1, 2))
+    assert tokens1["passages_tokenized"] > 0 and tokens1["passage_tokens_reused"] == 0, tokens1
+    assert tokens2["passages_tokenized"] == 0 and tokens2["passage_tokens_reused"] > 0, tokens2
 
     # Each round's figures and the final ones are metrics rows.
     rows = ws.sql("SELECT \"group\", dataset, split, metric FROM metrics WHERE run = 'train-rounds:t'").to_pylist()

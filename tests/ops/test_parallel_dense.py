@@ -166,6 +166,8 @@ def test_mapped_encoding_equals_the_unmapped_path(
         ws = copy_of(base, tmp_path, name)
         report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
         assert report.passages == PASSAGES and report.shards == 4 and report.encoded_now == PASSAGES
+        assert (report.tokenized, report.tokens_reused) == (PASSAGES, 0), report  # each task stores its own
+        assert Workspace.resolve(ws).sql("SELECT count(*) AS n FROM passage_tokens").to_pylist() == [{"n": PASSAGES}]
         assert report.tasks == (None if runner is None else 4), report
         assert report.runner == (None if runner is None else f"dask {cluster}"), report
         results[name] = embeddings(ws, model)
@@ -203,6 +205,8 @@ def test_mapped_encoding_resumes_and_reindexes(base: Path, model: str, tmp_path:
     report = encode_flow(model=model, workspace=ws, shard_size=SHARD, batch_size=4, runner=runner)
     # Shard 0's files, written before the kill for these very passages, are taken as they are.
     assert report.tasks == 2 and report.encoded_now == PASSAGES - 3 * SHARD and not report.noop, report
+    # the killed run's tasks had stored the token ids: shard 3 is encoded from them, tokenizing nothing
+    assert (report.tokenized, report.tokens_reused) == (0, PASSAGES - 3 * SHARD), report
     assert {f: (out / f).stat().st_mtime_ns for f in kept} == kept  # finished shards were not re-encoded
     again_ids, again_vectors, shards = embeddings(ws, model)
     assert again_ids == ids and again_vectors.tobytes() == vectors.tobytes()

@@ -53,3 +53,25 @@ def test_stale_catalog_is_refreshed_by_sql(workspace: Workspace) -> None:
     finally:
         holder.close()
     assert workspace.sql("SELECT count(*) AS n FROM articles").column("n").to_pylist() == [2]
+
+
+def test_commits_from_threads_of_one_process_keep_the_catalog_current(workspace: Workspace) -> None:
+    """Threads committing at once (a thread or in-process Dask runner's tasks) neither fail on a
+    DuckDB write-write conflict of the catalog's views nor leave an older snapshot's views last."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from odqa.storage.catalog import catalog_is_current
+
+    def commit(i: int) -> None:
+        with workspace.transaction(f"thread-{i}") as tx:
+            tx.write("articles", [{"article_id": i, "title": f"t{i}", "namespace": 0, "is_redirect": False}],
+                     source=f"s{i}")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(commit, range(24)))
+    assert catalog_is_current(workspace.root, workspace.snapshot())
+    con = duckdb.connect(str(workspace.catalog_path), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM articles").fetchone() == (24,)
+    finally:
+        con.close()
