@@ -1,0 +1,234 @@
+"""`odqa reproduce SETUP`: from an empty workspace to a paper's table, in one resumable flow.
+
+A setup (storage/paper_setups/<name>.yaml, read by storage/setups.py) names the resources, the
+question sets, the paper's hyper-parameters and its reported figures. The flow composes the
+flows that exist for each step, so each step resumes as it always does:
+
+1. `fetch_flow`: download, verify and import the setup's resources (a finished download is
+   recognised from its checksum, a finished import from its fingerprint);
+2. with `limit`, copies of the training and evaluation sets holding their first N questions;
+3. the training and evaluation the paper's table needs:
+   * ``taser-experiment``: `taser_experiment_flow` (DPR and TASER by the recipe in rounds, BM25,
+     the hybrids), each finished round recognised from its record;
+   * ``dual-encoders``: `dual_encoders_experiment_flow` (every architecture by the recipe);
+   * ``desire-me``: `label_domains_flow` (domains from the category graph), `train_flow` (the
+     DESIRE-ME head on the frozen base), and BM25, the zero-shot base and DESIRE-ME retrieved and
+     evaluated with the qrels metrics;
+4. the side-by-side table: every paper figure beside the run's, with the difference, printed and
+   committed as the setup's rows of the `reproduction` table (``odqa sql "SELECT * FROM reproduction"``).
+
+`max_steps` caps every training (in place of the paper's epochs) and `limit` the questions
+trained on and evaluated: a smoke-sized run, marked ``limited`` in the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import flow, task
+
+from ...models.settings import RetrieverSettings, TrainSettings
+from ...pipelines.questions.specs import DatasetSpec
+from ...pipelines.reproduction import SideBySide, printable, side_by_side
+from ...storage import Workspace
+from ...storage.choices import SetupName
+from ...storage.experiments import run_name
+from ...storage.fingerprint import fingerprint
+from ...storage.questions import load_questions, questions_fingerprint
+from ...storage.reports import Report
+from ...storage.reproduction import (
+    first_questions,
+    limit_stage,
+    limited_split,
+    reproduce_stage,
+    reproduction_rows,
+    run_figure,
+)
+from ...storage.schemas import SCHEMAS
+from ...storage.setups import Setup, load_setup
+from ..plumbing.console import tell
+from ..stages.bm25 import bm25_index_flow
+from ..stages.categories import label_domains_flow
+from ..stages.evaluate import evaluate_flow
+from ..stages.index import index_build_flow
+from ..stages.retrieve import retrieve_flow
+from ..stages.train import train_flow
+from .experiments import Budget, dual_encoders_experiment_flow, taser_experiment_flow
+from .fetch import fetch_flow
+
+EVALUATION_DEPTH = 100  # passages retrieved per question: every figure the setups compare is at <= 100
+
+
+@dataclass
+class ReproduceReport(Report):
+    setup: str
+    title: str
+    limited: bool  # a smoke-sized run (max_steps or limit): not the paper's scale
+    figures: list[dict[str, Any]] = field(default_factory=list)  # SideBySide rows
+
+    def table(self) -> list[dict[str, str]]:
+        return printable([SideBySide(**row) for row in self.figures])
+
+
+# --- the question sets ------------------------------------------------------------------------
+
+
+@task(name="reproduce-limit")
+def limit_task(workspace: str, dataset: str, split: str, limit: int) -> str:
+    """A copy of the split with its first `limit` questions (a no-op when current); its name."""
+    ws = Workspace.resolve(workspace)
+    name, stage = limited_split(split, limit), limit_stage(dataset, split, limit)
+    columns = SCHEMAS["questions"].names
+    stage_fp = fingerprint(stage, questions_fingerprint(ws, dataset, split, columns))
+    if not ws.stage_is_current(stage, stage_fp):
+        rows = first_questions(load_questions(ws, dataset, split, columns), split, limit)
+        with ws.transaction(stage, fingerprint=stage_fp) as tx:
+            tx.replace_source("questions", stage)
+            tx.write("questions", rows, source=stage)
+            tx.report = {"dataset": dataset, "split": name, "questions": rows.num_rows}
+    return name
+
+
+def _sets(ws: Workspace, specs: list[str], limit: int | None, with_weight: bool) -> tuple[list[str], dict[str, str]]:
+    """The sets as the steps take them (limited copies with `limit`), and limited split -> the paper's."""
+    named, original = [], {}
+    for text in specs:
+        spec = DatasetSpec.parse(text, with_weight=with_weight)
+        split = limit_task(str(ws.root), spec.dataset, spec.split, limit) if limit else spec.split
+        original[split] = spec.split
+        weight = f":{spec.weight:g}" if with_weight else ""
+        named.append(f"{spec.dataset}:{split}{weight}")
+    return named, original
+
+
+# --- the kinds of setup -----------------------------------------------------------------------
+
+
+def _training(setup: Setup, max_steps: int | None) -> TrainSettings:
+    values = dict(setup.training)
+    if max_steps:
+        values.update(max_steps=max_steps, epochs=None)
+    return TrainSettings(**values)
+
+
+def _budget(setup: Setup, training: TrainSettings) -> Budget:
+    recipe = {k: v for k, v in setup.recipe.items() if k in Budget.model_fields}
+    return Budget(training=training, **recipe)
+
+
+def _experiment_runs(report: Any) -> dict[tuple[str, str, str], str]:
+    return {(row.label, row.dataset, row.split): row.run for row in report.rows}
+
+
+def _taser(ws: Workspace, setup: Setup, base: str, train: list[str], evaluate: list[str],
+           training: TrainSettings) -> dict[tuple[str, str, str], str]:  # fmt: skip
+    recipe = setup.recipe
+    report = taser_experiment_flow(base=base, train=train, evaluate=evaluate, budget=_budget(setup, training),
+                                   name=setup.name, rounds=recipe.get("rounds", 2), routing=recipe.get("routing", "det"),
+                                   holdout=recipe.get("holdout", 0.1), workspace=str(ws.root))  # fmt: skip
+    return _experiment_runs(report)
+
+
+def _dual_encoders(ws: Workspace, setup: Setup, base: str, train: list[str], evaluate: list[str],
+                   training: TrainSettings) -> dict[tuple[str, str, str], str]:  # fmt: skip
+    report = dual_encoders_experiment_flow(base=base, train=train, evaluate=evaluate, budget=_budget(setup, training),
+                                           archs=setup.archs or None, reference=setup.reference or "sde",
+                                           name=setup.name, rounds=setup.recipe.get("rounds", 1),
+                                           workspace=str(ws.root))  # fmt: skip
+    return _experiment_runs(report)
+
+
+def _evaluated(ws: Workspace, prefix: str, dataset: str, split: str, **retriever: Any) -> str:
+    run = run_name(prefix, dataset, split)
+    retrieve_flow(dataset=dataset, split=split, run=run, k=EVALUATION_DEPTH, workspace=str(ws.root), **retriever)
+    evaluate_flow(run=run, workspace=str(ws.root))
+    return run
+
+
+def _desire_me(ws: Workspace, setup: Setup, base: str, train: list[str], evaluate: list[str],
+               training: TrainSettings) -> dict[tuple[str, str, str], str]:  # fmt: skip
+    """Domains, the DESIRE-ME head on the frozen base, then BM25, the base and DESIRE-ME evaluated."""
+    root = str(ws.root)
+    label_domains_flow(workspace=root)
+    model = f"{setup.name}-desire-me"
+    train_flow(model_id=model, train=train, retriever=RetrieverSettings(arch="desire-me", base=base),
+               training=training, workspace=root)  # fmt: skip
+    bm25_index_flow(workspace=root)
+    index_build_flow(model=base, workspace=root)
+    index_build_flow(model=model, workspace=root)
+    runs = {}
+    for spec in (DatasetSpec.parse(text, with_weight=False) for text in evaluate):
+        d, s = spec.dataset, spec.split
+        runs[("BM25", d, s)] = _evaluated(ws, "bm25", d, s)
+        runs[("Base", d, s)] = _evaluated(ws, f"{setup.name}-base", d, s, retriever="dense", model=base)
+        runs[("DESIRE-ME", d, s)] = _evaluated(ws, model, d, s, retriever="dense", model=model)
+    return runs
+
+
+KINDS = {"taser-experiment": _taser, "dual-encoders": _dual_encoders, "desire-me": _desire_me}
+
+
+# --- the comparison ---------------------------------------------------------------------------
+
+
+def _commit(ws: Workspace, setup: Setup, rows: list[SideBySide], limited: bool) -> None:
+    """The setup's rows of the `reproduction` table, replaced in one commit (a no-op when unchanged)."""
+    stage = reproduce_stage(setup.name)
+    values = [row.as_row() for row in rows]
+    stage_fp = fingerprint(stage, values, limited)
+    if ws.stage_is_current(stage, stage_fp):
+        return
+    with ws.transaction(stage, fingerprint=stage_fp) as tx:
+        tx.replace_source("reproduction", stage)
+        tx.write("reproduction", reproduction_rows(setup.name, values, limited), source=stage)
+        tx.report = {"figures": len(values), "measured": sum(r.measured is not None for r in rows), "limited": limited}
+
+
+@flow(name="reproduce")
+def reproduce_flow(
+    setup: SetupName,
+    registry: str | None = None,
+    mirror: str | None = None,
+    max_steps: int | None = None,
+    limit: int | None = None,
+    base: str | None = None,
+    workspace: str | None = None,
+) -> ReproduceReport:
+    """A paper's setup end to end: fetch and import its data, train with the paper's
+    hyper-parameters (in its rounds), index, evaluate, and set the paper's figures beside the
+    run's. Every step resumes: the same call after a kill goes on where it stopped.
+
+    Args:
+        setup: The paper setup (`odqa reproduce --list` describes each).
+        registry: A resource registry file of your own, in `odqa fetch`'s schema; its names
+            replace the built-in ones (a mirror of the papers' files, a miniature).
+        mirror: Fetch every https://HOST/PATH from MIRROR/HOST/PATH instead.
+        max_steps: Cap every training at this many steps (a smoke run; in place of the paper's epochs).
+        limit: Train and evaluate on the first N questions of each set (a smoke run).
+        base: Start from this checkpoint instead of the setup's (a local copy of it, when offline).
+        workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
+    """
+    chosen = load_setup(setup)
+    ws = Workspace.resolve(workspace)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1 question, got {limit}")
+    tell("reproduce %s: %s", chosen.name, chosen.title)
+    fetch_flow(names=list(chosen.resources), workspace=str(ws.root), registry=registry or "", mirror=mirror or "",
+               run_import=True)  # fmt: skip
+    train, _ = _sets(ws, chosen.train, limit, with_weight=True)
+    evaluate, original = _sets(ws, chosen.evaluate, limit, with_weight=False)
+    runs = KINDS[chosen.kind](ws, chosen, base or chosen.base, train, evaluate, _training(chosen, max_steps))
+    runs = {(label, dataset, original.get(split, split)): run for (label, dataset, split), run in runs.items()}
+
+    def figure_of(run: str, dataset: str, split: str, metric: str) -> float | None:
+        asked = limited_split(split, limit) if limit else split
+        return run_figure(ws, run, dataset, asked, metric)
+
+    rows = side_by_side(chosen.figures, runs, figure_of)
+    limited = bool(max_steps or limit)
+    _commit(ws, chosen, rows, limited)
+    report = ReproduceReport(chosen.name, chosen.title, limited, [row.as_row() for row in rows])
+    tell("reproduce %s: %d paper figures, %d measured%s", chosen.name, len(rows),
+         sum(r.measured is not None for r in rows), " (smoke-sized run: not the paper's scale)" if limited else "")  # fmt: skip
+    return report
