@@ -15,6 +15,7 @@ VERB_MODULES = [
     "init",
     "ingest",
     "imports",
+    "fetch",
     "export",
     "questions",
     "label",
