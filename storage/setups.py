@@ -55,6 +55,8 @@ class Setup(_Strict):
     paper: str = Field(description="The paper's file under ../shared/papers (and its citation)")
     kind: SetupKind
     resources: list[str] = Field(min_length=1, description="`odqa fetch` registry names, fetched and imported")
+    beir_splits: list[str] = Field(default_factory=list, description="Further qrels splits of the fetched BEIR "
+                                   "folders to import (the registry's entries import their test split)")
     train: list[str] = Field(min_length=1, description="NAME:SPLIT[:WEIGHT] the retrievers train on")
     evaluate: list[str] = Field(min_length=1, description="NAME:SPLIT the figures are measured on")
     base: str = Field(description="Starting checkpoint (a Hugging Face name)")

@@ -40,6 +40,7 @@ VERB_MODULES = [
     "prefect_server",
     "recipe",
     "experiment",
+    "reproduce",
 ]
 
 for _name in VERB_MODULES:

@@ -50,7 +50,7 @@ PREFECTLESS_VERBS = frozenset({"search", "init", "release show", "release pin"})
 # or empty folder (`storage.Workspace.resolve`). Every other verb needs a workspace odqa made
 # (`Workspace.open_existing`), so a mistyped -w creates nothing; the verbs below need none at all.
 CREATING_VERBS = frozenset({"demo", "fetch", "ingest wikipedia", "ingest categories", "import passages", "import questions",
-                            "import run", "questions trex", "questions paq", "reindex"})  # fmt: skip
+                            "import run", "questions trex", "questions paq", "reindex", "reproduce"})  # fmt: skip
 WORKSPACELESS_VERBS = frozenset({"init", "index plan", "server list", "server status", "server stop",
                                  "server reset"})  # fmt: skip
 

@@ -52,6 +52,7 @@ from ..stages.bm25 import bm25_index_flow
 from ..stages.categories import label_domains_flow
 from ..stages.evaluate import evaluate_flow
 from ..stages.index import index_build_flow
+from ..stages.questions import import_questions_flow
 from ..stages.retrieve import retrieve_flow
 from ..stages.train import train_flow
 from .experiments import Budget, dual_encoders_experiment_flow, taser_experiment_flow
@@ -102,13 +103,32 @@ def _sets(ws: Workspace, specs: list[str], limit: int | None, with_weight: bool)
     return named, original
 
 
+def _beir_splits(ws: Workspace, setup: Setup, fetched: dict[str, Any]) -> None:
+    """The further qrels splits of each fetched BEIR folder (its test split came with the fetch):
+    the folder's corpus is already in, so its passages are kept as they are."""
+    for resource in fetched["resources"]:
+        if resource.get("imported") != "import questions" or not setup.beir_splits:
+            continue
+        imported = resource["import_report"]
+        if imported["format"] != "beir":
+            continue
+        for split in setup.beir_splits:
+            import_questions_flow(fmt="beir", path=resource["path"], dataset=imported["dataset"], split=split,
+                                  on_duplicate="keep-existing", workspace=str(ws.root))  # fmt: skip
+
+
 # --- the kinds of setup -----------------------------------------------------------------------
 
 
-def _training(setup: Setup, max_steps: int | None) -> TrainSettings:
+def _training(setup: Setup, max_steps: int | None, limit: int | None) -> TrainSettings:
+    """The paper's training settings; a smoke run caps the steps, and with `limit` questions trains
+    in batches of at most half of them (a batch needs that many examples, after the hold-out)."""
     values = dict(setup.training)
     if max_steps:
         values.update(max_steps=max_steps, epochs=None)
+    if limit:
+        values["batch_size"] = min(values.get("batch_size", TrainSettings.model_fields["batch_size"].default),
+                                   max(1, limit // 2))  # fmt: skip
     return TrainSettings(**values)
 
 
@@ -214,11 +234,12 @@ def reproduce_flow(
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1 question, got {limit}")
     tell("reproduce %s: %s", chosen.name, chosen.title)
-    fetch_flow(names=list(chosen.resources), workspace=str(ws.root), registry=registry or "", mirror=mirror or "",
-               run_import=True)  # fmt: skip
+    fetched = fetch_flow(names=list(chosen.resources), workspace=str(ws.root), registry=registry or "",
+                         mirror=mirror or "", run_import=True)  # fmt: skip
+    _beir_splits(ws, chosen, fetched)
     train, _ = _sets(ws, chosen.train, limit, with_weight=True)
     evaluate, original = _sets(ws, chosen.evaluate, limit, with_weight=False)
-    runs = KINDS[chosen.kind](ws, chosen, base or chosen.base, train, evaluate, _training(chosen, max_steps))
+    runs = KINDS[chosen.kind](ws, chosen, base or chosen.base, train, evaluate, _training(chosen, max_steps, limit))
     runs = {(label, dataset, original.get(split, split)): run for (label, dataset, split), run in runs.items()}
 
     def figure_of(run: str, dataset: str, split: str, metric: str) -> float | None:
