@@ -25,7 +25,7 @@ OWN = SAMPLE_DIR / "own-data"
 DPR = "dl.fbaipublicfiles.com/dpr"
 DUMP = "dumps.wikimedia.org/enwiki/20250601"
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/fever.zip"
-TRAIN_SETS = {"nq": "nq", "trivia": "trivia", "squad1": "squad1", "webq": "webquestions", "curatedtrec": "curatedtrec"}
+TRAIN_FILES = ("nq", "trivia", "squad1", "webquestions", "curatedtrec")  # DPR's biencoder-<name>-train.json.gz
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -53,7 +53,7 @@ def build_mirror(root: Path, questions: int = 40) -> tuple[Path, Path]:
     mirror = root / "mirror"
     train, test = _questions(questions)
     _write(mirror / DPR / "wikipedia_split/psgs_w100.tsv.gz", gzip.compress((OWN / "passages.tsv").read_bytes()))
-    for offset, (key, file) in enumerate(TRAIN_SETS.items()):
+    for offset, file in enumerate(TRAIN_FILES):
         part = train[offset:] + train[:offset]  # each set its own order of the same questions
         _write(mirror / DPR / f"data/retriever/biencoder-{file}-train.json.gz",
                gzip.compress(json.dumps(part).encode()))  # fmt: skip
