@@ -6,7 +6,6 @@ naming file, entry and expectation, unknown names get close matches, and a fetch
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
