@@ -109,3 +109,20 @@ def test_a_checksum_from_the_publishers_sums_file(served, tmp_path):
     (served.folder / "files" / "sha1sums.txt").write_text(sums.replace("psgs.tsv", "renamed.tsv"))
     with pytest.raises(ChecksumMismatch, match="sha1sums.txt: no line for psgs.tsv"):
         fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+
+
+def test_an_archive_is_unpacked_for_its_import_and_a_member_leaving_it_is_refused(served, tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(served.folder / "files" / "nq.zip", "w") as archive:
+        archive.writestr("nq/corpus.jsonl", '{"_id": "1", "title": "T", "text": "x"}\n')
+    with zipfile.ZipFile(served.folder / "files" / "evil.zip", "w") as archive:
+        archive.writestr("../outside.txt", "x")
+    good = _resource(served.url_of("files/nq.zip"), unpack="unzip", member="nq")
+    fetched = fetch_resource(tmp_path / "ws", good, policy=FAST, progress=False)
+    assert fetched.path == fetched.file.with_name("nq.zip.unpacked") / "nq" and (fetched.path / "corpus.jsonl").exists()
+    evil = _resource(served.url_of("files/evil.zip"), unpack="unzip")
+    with pytest.raises(ValueError, match="'../outside.txt' is a link or leaves the archive's folder"):
+        fetch_resource(tmp_path / "ws", evil, policy=FAST, progress=False)
+    assert not (tmp_path / "ws" / "downloads" / "127.0.0.1" / "outside.txt").exists()
+    assert not download_slot(tmp_path / "ws", evil.url).unpacked.exists()
