@@ -10,7 +10,6 @@ is already there is checked again on every use, never trusted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,7 @@ from ...storage.downloads import (
     seen_sha256,
 )
 from ..plumbing.console import tell
-from .fetch_imports import run_imports
-
-
-@dataclass(frozen=True)
-class Fetched:
-    """One resource on disk, verified: what its import reads (`path`) and how it was checked."""
-
-    resource: Resource
-    file: Path
-    path: Path
-    verified: Verified
-    downloaded: bool
+from .fetch_imports import Fetched, run_imports
 
 
 def _unpacked(resource: Resource, slot: DownloadSlot) -> Path:

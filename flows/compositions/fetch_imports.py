@@ -10,18 +10,28 @@ Each import is a no-op when its file was imported before with identical content.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...pipelines.downloads.registry import Resource
+from ...pipelines.downloads.verify import Verified
 from ...storage.downloads import download_slot
 from ..stages.categories import ingest_categories_flow
 from ..stages.passages import import_passages_flow
 from ..stages.questions import import_questions_flow, paq_questions_flow
 from ..stages.wikipedia import ingest_wikipedia_flow
 
-if TYPE_CHECKING:
-    from .fetch import Fetched
+
+@dataclass(frozen=True)
+class Fetched:
+    """One resource on disk, verified: the file, what its import reads (`path`), how it was checked."""
+
+    resource: Resource
+    file: Path
+    path: Path
+    verified: Verified
+    downloaded: bool
 
 _ORDER = ("ingest wikipedia", "import passages", "ingest categories", "import questions", "questions paq", "none")
 

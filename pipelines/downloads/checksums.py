@@ -44,8 +44,8 @@ def digest_in_sums_file(text: str, file_name: str, sums_url: str, algorithm: str
     raise ChecksumMismatch(f"{sums_url}: no line for {file_name} (expected '<{algorithm}>  {file_name}')")
 
 
-def check(path: Path, name: str, expected: str, seen: str, algorithm: str, by: str) -> None:
+def check(file_name: str, name: str, expected: str, seen: str, algorithm: str, by: str) -> None:
     """Refuse a file whose digest is not the expected one, naming the resource and who vouched for it."""
     if seen != expected:
-        raise ChecksumMismatch(f"{name}: {path.name} has {algorithm} {seen}, but {by} gives {expected}; the "
+        raise ChecksumMismatch(f"{name}: {file_name} has {algorithm} {seen}, but {by} gives {expected}; the "
                                "file is corrupt or was changed at the source, and is not published")  # fmt: skip

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 import requests
 from tqdm import tqdm
 
-from ...storage.downloads import DownloadSlot, discard_part, open_part, part_size, read_part_state, write_part_state
+from ...storage.downloads import (
+    DownloadSlot,
+    discard_part,
+    open_part,
+    part_size,
+    read_part_state,
+    write_part_state,
+)
 
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -90,6 +97,9 @@ def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: 
     write_part_state(slot, {"url": url, "etag": response.headers.get("ETag", ""),
                             "last_modified": response.headers.get("Last-Modified", ""), "total": limit})  # fmt: skip
     bar.reset(total=limit)
+    # A body cut short then ends where it stops instead of raising (which would lose the bytes
+    # urllib3 holds in its buffer); `offset < limit` below says it was cut, and the bytes are kept.
+    response.raw.enforce_content_length = False
     bar.update(offset)
     with open_part(slot, append=offset > 0) as out:
         for chunk in response.iter_content(policy.block):

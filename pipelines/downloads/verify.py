@@ -43,7 +43,7 @@ def verify(path: Path, resource: Resource, seen: dict[str, Any] | None, mirror: 
     later use); raise `ChecksumMismatch` naming the resource and who vouched for other bytes."""
     size = path.stat().st_size
     if resource.size is not None and size != resource.size:
-        raise ChecksumMismatch(f"{resource.name}: {path.name} has {size:,} bytes, the registry ({resource.origin}) "
+        raise ChecksumMismatch(f"{resource.name}: {resource.file_name} has {size:,} bytes, the registry ({resource.origin}) "
                                f"gives {resource.size:,}; it is not published")  # fmt: skip
     checksum = resource.checksum
     algorithm = checksum.algorithm if checksum else "sha256"
@@ -54,10 +54,10 @@ def verify(path: Path, resource: Resource, seen: dict[str, Any] | None, mirror: 
         else:
             text = _sums_file_text(checksum.sums_url, mirror, timeout_s)
             expected, by = digest_in_sums_file(text, resource.file_name, checksum.sums_url, algorithm), checksum.sums_url
-        check(path, resource.name, expected, other, algorithm, by)
+        check(resource.file_name, resource.name, expected, other, algorithm, by)
         return Verified(sha256, size, f"{algorithm} (publisher)")
     if seen is not None:
-        check(path, resource.name, str(seen.get("sha256")), sha256, "sha256",
+        check(resource.file_name, resource.name, str(seen.get("sha256")), sha256, "sha256",
               "the record of its first download (downloads/seen-sha256.json)")  # fmt: skip
         return Verified(sha256, size, "sha256 (first download)")
     return Verified(sha256, size, "sha256 recorded now (the publisher gives no checksum)")
