@@ -39,9 +39,10 @@ def _list() -> None:
               help="A resource registry of your own (odqa fetch's schema); its names replace the shipped ones.")
 @click.option("--mirror", default=None, metavar="BASE", help="Fetch every https://HOST/PATH from BASE/HOST/PATH.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
-              help="Cap every training at N steps instead of the paper's epochs (a smoke run).")
+              help="Cap every training at N steps instead of the paper's epochs (a smoke run: one round, no "
+                   "hybrids, only the architectures the figures name).")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
-              help="Train and evaluate on the first N questions of each set (a smoke run).")
+              help="Train and evaluate on the first N questions of each set (a smoke run, as --max-steps).")
 @click.option("--base", default=None, help="Start from this checkpoint instead of the setup's (e.g. a local copy).")
 @click.pass_context
 def reproduce(ctx: click.Context, setup: str, listing: bool, registry: str | None, mirror: str | None,
@@ -53,11 +54,11 @@ def reproduce(ctx: click.Context, setup: str, listing: bool, registry: str | Non
         _list()
         return
     from ...storage.reproduction import reproduce_stage
-    from ..compositions.reproduce import reproduce_flow
+    from ..compositions.reproduce import SMOKE, reproduce_flow
 
     report = reproduce_flow(setup=setup, registry=registry, mirror=mirror, max_steps=max_steps, limit=limit,
                             base=base, workspace=workspace_arg(ctx))  # fmt: skip
-    scale = " (smoke-sized run: --max-steps/--limit, not the paper's scale)" if report.limited else ""
+    scale = f" (smoke-sized run: --max-steps/--limit, {SMOKE}; not the paper's scale)" if report.limited else ""
     click.echo(f"reproduce {report.setup}: {report.title}{scale}")
     echo_scores(report.table())
     click.echo(f"in SQL: odqa sql \"SELECT * FROM reproduction WHERE setup = '{report.setup}'\""

@@ -18,7 +18,10 @@ flows that exist for each step, so each step resumes as it always does:
    committed as the setup's rows of the `reproduction` table (``odqa sql "SELECT * FROM reproduction"``).
 
 `max_steps` caps every training (in place of the paper's epochs) and `limit` the questions
-trained on and evaluated: a smoke-sized run, marked ``limited`` in the table.
+trained on and evaluated: a smoke-sized run, marked ``limited`` in the table. A smoke-sized run
+also trains one round instead of the paper's, leaves out the hybrids with BM25 (no setup's
+figures compare them) and trains only the architectures the paper's figures name (`SMOKE`); the
+full run keeps the paper's rounds, hybrids and architectures.
 """
 
 from __future__ import annotations
@@ -55,10 +58,11 @@ from ..stages.index import index_build_flow
 from ..stages.questions import import_questions_flow
 from ..stages.retrieve import retrieve_flow
 from ..stages.train import train_flow
-from .experiments import Budget, dual_encoders_experiment_flow, taser_experiment_flow
+from .experiments import LABELS, Budget, dual_encoders_experiment_flow, taser_experiment_flow
 from .fetch import fetch_flow
 
 EVALUATION_DEPTH = 100  # passages retrieved per question: every figure the setups compare is at <= 100
+SMOKE = "one round, no hybrids, only the architectures the figures name"  # what a smoke-sized run leaves out
 
 
 @dataclass
@@ -142,19 +146,28 @@ def _experiment_runs(report: Any) -> dict[tuple[str, str, str], str]:
 
 
 def _taser(ws: Workspace, setup: Setup, base: str, train: list[str], evaluate: list[str],
-           training: TrainSettings) -> dict[tuple[str, str, str], str]:  # fmt: skip
+           training: TrainSettings, smoke: bool) -> dict[tuple[str, str, str], str]:  # fmt: skip
     recipe = setup.recipe
     report = taser_experiment_flow(base=base, train=train, evaluate=evaluate, budget=_budget(setup, training),
-                                   name=setup.name, rounds=recipe.get("rounds", 2), routing=recipe.get("routing", "det"),
-                                   holdout=recipe.get("holdout", 0.1), workspace=str(ws.root))  # fmt: skip
+                                   name=setup.name, rounds=1 if smoke else recipe.get("rounds", 2),
+                                   routing=recipe.get("routing", "det"), holdout=recipe.get("holdout", 0.1),
+                                   hybrid=not smoke, workspace=str(ws.root))  # fmt: skip
     return _experiment_runs(report)
 
 
+def _compared_archs(setup: Setup, smoke: bool) -> list[str] | None:
+    """The setup's architectures; in a smoke run only those its figures name (and the reference)."""
+    if not smoke or not setup.archs:
+        return setup.archs or None
+    named = {f.retriever for f in setup.figures}
+    return [arch for arch in setup.archs if LABELS.get(arch) in named or arch == setup.reference]
+
+
 def _dual_encoders(ws: Workspace, setup: Setup, base: str, train: list[str], evaluate: list[str],
-                   training: TrainSettings) -> dict[tuple[str, str, str], str]:  # fmt: skip
+                   training: TrainSettings, smoke: bool) -> dict[tuple[str, str, str], str]:  # fmt: skip
     report = dual_encoders_experiment_flow(base=base, train=train, evaluate=evaluate, budget=_budget(setup, training),
-                                           archs=setup.archs or None, reference=setup.reference or "sde",
-                                           name=setup.name, rounds=setup.recipe.get("rounds", 1),
+                                           archs=_compared_archs(setup, smoke), reference=setup.reference or "sde",
+                                           name=setup.name, rounds=1 if smoke else setup.recipe.get("rounds", 1),
                                            workspace=str(ws.root))  # fmt: skip
     return _experiment_runs(report)
 
@@ -167,8 +180,9 @@ def _evaluated(ws: Workspace, prefix: str, dataset: str, split: str, **retriever
 
 
 def _desire_me(ws: Workspace, setup: Setup, base: str, train: list[str], evaluate: list[str],
-               training: TrainSettings) -> dict[tuple[str, str, str], str]:  # fmt: skip
-    """Domains, the DESIRE-ME head on the frozen base, then BM25, the base and DESIRE-ME evaluated."""
+               training: TrainSettings, smoke: bool) -> dict[tuple[str, str, str], str]:  # fmt: skip
+    """Domains, the DESIRE-ME head on the frozen base, then BM25, the base and DESIRE-ME evaluated
+    (one training, with or without `smoke`)."""
     root = str(ws.root)
     label_domains_flow(workspace=root)
     model = f"{setup.name}-desire-me"
@@ -239,7 +253,9 @@ def reproduce_flow(
     _beir_splits(ws, chosen, fetched)
     train, _ = _sets(ws, chosen.train, limit, with_weight=True)
     evaluate, original = _sets(ws, chosen.evaluate, limit, with_weight=False)
-    runs = KINDS[chosen.kind](ws, chosen, base or chosen.base, train, evaluate, _training(chosen, max_steps, limit))
+    limited = bool(max_steps or limit)
+    runs = KINDS[chosen.kind](ws, chosen, base or chosen.base, train, evaluate, _training(chosen, max_steps, limit),
+                              limited)  # fmt: skip
     runs = {(label, dataset, original.get(split, split)): run for (label, dataset, split), run in runs.items()}
 
     def figure_of(run: str, dataset: str, split: str, metric: str) -> float | None:
@@ -247,9 +263,8 @@ def reproduce_flow(
         return run_figure(ws, run, dataset, asked, metric)
 
     rows = side_by_side(chosen.figures, runs, figure_of)
-    limited = bool(max_steps or limit)
     _commit(ws, chosen, rows, limited)
     report = ReproduceReport(chosen.name, chosen.title, limited, [row.as_row() for row in rows])
     tell("reproduce %s: %d paper figures, %d measured%s", chosen.name, len(rows),
-         sum(r.measured is not None for r in rows), " (smoke-sized run: not the paper's scale)" if limited else "")  # fmt: skip
+         sum(r.measured is not None for r in rows), f" (smoke-sized run: {SMOKE}; not the paper's scale)" if limited else "")  # fmt: skip
     return report
