@@ -54,3 +54,13 @@ def reproduction_rows(setup: str, rows: Sequence[dict[str, Any]], limited: bool)
     names = [name for name in SCHEMAS["reproduction"].names if name not in ("setup", "limited", "created_at")]
     return [{"setup": setup, **{name: row[name] for name in names}, "limited": limited, "created_at": created}
             for row in rows]  # fmt: skip
+
+
+def recorded_figures(ws: Workspace, setup: str, request: str) -> list[dict[str, Any]] | None:
+    """The setup's rows of the `reproduction` table when the same request (`request`: the setup
+    file, the options) made them and nothing was committed to the workspace since; else None."""
+    snapshot = ws.snapshot()
+    record = snapshot.stages.get(reproduce_stage(setup))
+    if record is None or record.version != snapshot.version or record.report.get("request") != request:
+        return None
+    return ws.read_table("reproduction", filter=pc.field("setup") == setup).to_pylist()

@@ -60,6 +60,8 @@ def reproduce(ctx: click.Context, setup: str, listing: bool, registry: str | Non
                             base=base, workspace=workspace_arg(ctx))  # fmt: skip
     scale = f" (smoke-sized run: --max-steps/--limit, {SMOKE}; not the paper's scale)" if report.limited else ""
     click.echo(f"reproduce {report.setup}: {report.title}{scale}")
+    if report.recognised:
+        click.echo("done before (recognised from the workspace): the same request, nothing committed since")
     echo_scores(report.table())
     click.echo(f"in SQL: odqa sql \"SELECT * FROM reproduction WHERE setup = '{report.setup}'\""
                f"  (stage {reproduce_stage(report.setup)})")  # fmt: skip

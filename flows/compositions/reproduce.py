@@ -17,6 +17,9 @@ flows that exist for each step, so each step resumes as it always does:
 4. the side-by-side table: every paper figure beside the run's, with the difference, printed and
    committed as the setup's rows of the `reproduction` table (``odqa sql "SELECT * FROM reproduction"``).
 
+The same request again, with nothing committed to the workspace since its table, is recognised
+from the table's record and answered from it without visiting the steps.
+
 `max_steps` caps every training (in place of the paper's epochs) and `limit` the questions
 trained on and evaluated: a smoke-sized run, marked ``limited`` in the table. A smoke-sized run
 also trains one round instead of the paper's, leaves out the hybrids with BM25 (no setup's
@@ -26,7 +29,9 @@ full run keeps the paper's rounds, hybrids and architectures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
@@ -41,9 +46,11 @@ from ...storage.fingerprint import fingerprint
 from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.reports import Report
 from ...storage.reproduction import (
+    REPRODUCE,
     first_questions,
     limit_stage,
     limited_split,
+    recorded_figures,
     reproduce_stage,
     reproduction_rows,
     run_figure,
@@ -71,6 +78,7 @@ class ReproduceReport(Report):
     title: str
     limited: bool  # a smoke-sized run (max_steps or limit): not the paper's scale
     figures: list[dict[str, Any]] = field(default_factory=list)  # SideBySide rows
+    recognised: bool = False  # the same request's table, nothing committed since: no step visited
 
     def table(self) -> list[dict[str, str]]:
         return printable([SideBySide(**row) for row in self.figures])
@@ -206,17 +214,31 @@ KINDS = {"taser-experiment": _taser, "dual-encoders": _dual_encoders, "desire-me
 # --- the comparison ---------------------------------------------------------------------------
 
 
-def _commit(ws: Workspace, setup: Setup, rows: list[SideBySide], limited: bool) -> None:
+def _request(setup: Setup, max_steps: int | None, limit: int | None, base: str, registry: str | None) -> str:
+    """What decides a setup's table: the setup file, the smoke options, the base, the user's registry."""
+    own = Path(registry).read_bytes() if registry else b""
+    return fingerprint(REPRODUCE, setup.model_dump(), max_steps, limit, base, hashlib.sha256(own).hexdigest())
+
+
+def _recognised(setup: Setup, recorded: list[dict[str, Any]], limited: bool) -> ReproduceReport:
+    order = {(f.retriever, f.metric): i for i, f in enumerate(setup.figures)}
+    names = [f.name for f in fields(SideBySide)]
+    rows = sorted(recorded, key=lambda row: order.get((row["retriever"], row["metric"]), len(order)))
+    return ReproduceReport(setup.name, setup.title, limited, [{n: row[n] for n in names} for row in rows], True)
+
+
+def _commit(ws: Workspace, setup: Setup, rows: list[SideBySide], limited: bool, request: str) -> None:
     """The setup's rows of the `reproduction` table, replaced in one commit (a no-op when unchanged)."""
     stage = reproduce_stage(setup.name)
     values = [row.as_row() for row in rows]
-    stage_fp = fingerprint(stage, values, limited)
+    stage_fp = fingerprint(stage, values, limited, request)
     if ws.stage_is_current(stage, stage_fp):
         return
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
         tx.replace_source("reproduction", stage)
         tx.write("reproduction", reproduction_rows(setup.name, values, limited), source=stage)
-        tx.report = {"figures": len(values), "measured": sum(r.measured is not None for r in rows), "limited": limited}
+        tx.report = {"figures": len(values), "measured": sum(r.measured is not None for r in rows), "limited": limited,
+                     "request": request}  # fmt: skip
 
 
 @flow(name="reproduce")
@@ -248,12 +270,18 @@ def reproduce_flow(
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1 question, got {limit}")
     tell("reproduce %s: %s", chosen.name, chosen.title)
+    limited = bool(max_steps or limit)
+    request = _request(chosen, max_steps, limit, base or chosen.base, registry)
+    recorded = recorded_figures(ws, chosen.name, request)
+    if recorded is not None:
+        tell("reproduce %s: done before (recognised from the workspace): the same request, nothing committed since",
+             chosen.name)  # fmt: skip
+        return _recognised(chosen, recorded, limited)
     fetched = fetch_flow(names=list(chosen.resources), workspace=str(ws.root), registry=registry or "",
                          mirror=mirror or "", run_import=True)  # fmt: skip
     _beir_splits(ws, chosen, fetched)
     train, _ = _sets(ws, chosen.train, limit, with_weight=True)
     evaluate, original = _sets(ws, chosen.evaluate, limit, with_weight=False)
-    limited = bool(max_steps or limit)
     runs = KINDS[chosen.kind](ws, chosen, base or chosen.base, train, evaluate, _training(chosen, max_steps, limit),
                               limited)  # fmt: skip
     runs = {(label, dataset, original.get(split, split)): run for (label, dataset, split), run in runs.items()}
@@ -263,7 +291,7 @@ def reproduce_flow(
         return run_figure(ws, run, dataset, asked, metric)
 
     rows = side_by_side(chosen.figures, runs, figure_of)
-    _commit(ws, chosen, rows, limited)
+    _commit(ws, chosen, rows, limited, request)
     report = ReproduceReport(chosen.name, chosen.title, limited, [row.as_row() for row in rows])
     tell("reproduce %s: %d paper figures, %d measured%s", chosen.name, len(rows),
          sum(r.measured is not None for r in rows), f" (smoke-sized run: {SMOKE}; not the paper's scale)" if limited else "")  # fmt: skip
