@@ -41,3 +41,7 @@ Quoting = Literal["csv", "none"]  # a tab-separated line: split as csv.reader do
 QUOTINGS: tuple[Quoting, ...] = get_args(Quoting)
 
 PositivesRetriever = Literal["bm25", "dense"]  # what ranks the passages positives are derived from
+
+# The papers' setups `odqa reproduce` runs: one file each in storage/paper_setups/ (the test
+# tests/reproduce/test_setup_files.py keeps this list and the files the same).
+SetupName = Literal["desire-me-fever", "dpr-taser-nq", "dual-encoder-comparison", "taser-entityquestions"]

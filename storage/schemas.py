@@ -138,6 +138,24 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("passages_version", pa.string()),  # the passages snapshot the row was tokenized for
         ]
     ),
+    # `odqa reproduce`: each paper figure of a setup beside the run's own (storage/reproduction.py).
+    "reproduction": pa.schema(
+        [
+            ("setup", pa.string()),
+            ("retriever", pa.string()),  # the run's retriever, as the side-by-side table labels it
+            ("paper_row", pa.string()),  # the model as the paper names it
+            ("dataset", pa.string()),
+            ("split", pa.string()),
+            ("metric", pa.string()),
+            ("paper", pa.float64()),  # the paper's figure, as a fraction
+            ("measured", pa.float64()),  # the run's figure (null when the run has none)
+            ("difference", pa.float64()),  # measured - paper
+            ("run", pa.string()),  # the evaluated run it comes from
+            ("source", pa.string()),  # the paper's table and section
+            ("limited", pa.bool_()),  # a smoke-sized run (--max-steps / --limit): not the paper's scale
+            ("created_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
     # Training curves: one row per logged optimizer step of a registered model (`odqa train`),
     # written in the same commit as its `models` row.
     "training_log": pa.schema(

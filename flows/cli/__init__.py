@@ -15,6 +15,7 @@ VERB_MODULES = [
     "init",
     "ingest",
     "imports",
+    "fetch",
     "export",
     "questions",
     "label",
@@ -39,6 +40,7 @@ VERB_MODULES = [
     "prefect_server",
     "recipe",
     "experiment",
+    "reproduce",
 ]
 
 for _name in VERB_MODULES:

@@ -92,15 +92,17 @@ def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rou
 @settings_options(RetrieverSettings, only=["routing"])
 @click.option("--holdout", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
               show_default=True, help="Fraction of the training questions held out to tune the hybrid weight on.")
+@click.option("--hybrid/--no-hybrid", default=True, show_default=True,
+              help="Also tune and evaluate each dense model's hybrid with BM25 (--no-hybrid: no hold-out either).")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help=ALPHA_HELP)
 @recipe_options
 @click.pass_context
-def taser(ctx: click.Context, name: str, rounds: int, routing: str, holdout: float, alpha: float,
+def taser(ctx: click.Context, name: str, rounds: int, routing: str, holdout: float, hybrid: bool, alpha: float,
           **options: Any) -> None:  # fmt: skip
     """TASER vs DPR (same recipe and budget) vs BM25 vs their hybrids with BM25, with the
     parameter ratio TASER/DPR."""
     from ..compositions.experiments import taser_experiment_flow
 
-    report = taser_experiment_flow(name=name, rounds=rounds, routing=routing, holdout=holdout, alpha=alpha,
-                                   workspace=workspace_arg(ctx), **_with_budget(options))  # fmt: skip
+    report = taser_experiment_flow(name=name, rounds=rounds, routing=routing, holdout=holdout, hybrid=hybrid,
+                                   alpha=alpha, workspace=workspace_arg(ctx), **_with_budget(options))  # fmt: skip
     _echo(report)

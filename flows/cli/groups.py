@@ -49,8 +49,8 @@ PREFECTLESS_VERBS = frozenset({"search", "init", "release show", "release pin"})
 # Verbs that bring data in, and so may be the first verb of a workspace: they create and mark a new
 # or empty folder (`storage.Workspace.resolve`). Every other verb needs a workspace odqa made
 # (`Workspace.open_existing`), so a mistyped -w creates nothing; the verbs below need none at all.
-CREATING_VERBS = frozenset({"demo", "ingest wikipedia", "ingest categories", "import passages", "import questions",
-                            "import run", "questions trex", "questions paq", "reindex"})  # fmt: skip
+CREATING_VERBS = frozenset({"demo", "fetch", "ingest wikipedia", "ingest categories", "import passages", "import questions",
+                            "import run", "questions trex", "questions paq", "reindex", "reproduce"})  # fmt: skip
 WORKSPACELESS_VERBS = frozenset({"init", "index plan", "server list", "server status", "server stop",
                                  "server reset"})  # fmt: skip
 

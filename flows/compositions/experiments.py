@@ -212,13 +212,14 @@ def taser_experiment_flow(
     rounds: int = 2,
     routing: Routing = "det",
     holdout: float = 0.1,
+    hybrid: bool = True,
     ks: list[int] | None = None,
     alpha: float = 0.05,
     workspace: str | None = None,
 ) -> ExperimentReport:
     """The TASER paper's comparison: TASER and DPR trained by the same recipe (ROUNDS rounds of
-    mining), BM25, and each dense model's hybrid with BM25 (alpha tuned on held-out training
-    questions), tested against DPR; with the parameter ratio TASER/DPR.
+    mining), BM25, and (`hybrid`) each dense model's hybrid with BM25 (alpha tuned on held-out
+    training questions), tested against DPR; with the parameter ratio TASER/DPR.
 
     Args:
         base: Starting checkpoint of every retriever: a Hugging Face name, a folder or a model id.
@@ -229,19 +230,22 @@ def taser_experiment_flow(
         rounds: Trainings per retriever (round 1 on BM25 negatives, later ones on mined negatives).
         routing: TASER expert routing: det, seq or tok.
         holdout: Fraction of the training questions held out to tune each hybrid's weight on.
+        hybrid: Also tune and evaluate each dense model's hybrid with BM25 (off: no hold-out either).
         ks: Cut-offs of R@K; empty: 1, 5, 20, 100.
         alpha: Significance level of the paired t-tests (Bonferroni-corrected).
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
     """
     ws = Workspace.resolve(workspace)
     ks = sorted(set(ks or DEFAULT_KS))
-    settings = {**_settings(base, train, evaluate, ks, rounds, budget), "holdout": holdout}
-    dpr = _recipe(ws, name, "dpr", settings, hybrid=True)
-    taser = _recipe(ws, name, "taser", settings, hybrid=True, routing=routing)
+    settings = {**_settings(base, train, evaluate, ks, rounds, budget), "holdout": holdout if hybrid else 0.0}
+    dpr = _recipe(ws, name, "dpr", settings, hybrid=hybrid)
+    taser = _recipe(ws, name, "taser", settings, hybrid=hybrid, routing=routing)
     dpr_label, taser_label = _label("dpr"), _label("taser")
     bm25 = {where: Entry(BM25_LABEL, run) for where, run in taser.runs("bm25").items()}
-    columns = [bm25, _dense_entries(dpr, dpr_label), _dense_entries(dpr, f"{dpr_label} + BM25", "hybrid"),
-               _dense_entries(taser, taser_label), _dense_entries(taser, f"{taser_label} + BM25", "hybrid")]  # fmt: skip
+    columns = [bm25, _dense_entries(dpr, dpr_label), _dense_entries(taser, taser_label)]
+    if hybrid:
+        columns[2:2] = [_dense_entries(dpr, f"{dpr_label} + BM25", "hybrid")]
+        columns.append(_dense_entries(taser, f"{taser_label} + BM25", "hybrid"))
     entries = {where: [column[where] for column in columns] for where in bm25}
     ratio = parameter_ratio([e for here in entries.values() for e in here], taser_label, dpr_label)
     return _compare(ws, name, "TASER vs DPR vs BM25", dpr_label, entries, ks, alpha,

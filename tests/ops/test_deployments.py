@@ -25,6 +25,8 @@ FLOW_NAMES = {
     "odqa.flows.stages.wikipedia:ingest_wikipedia_flow": "ingest-wikipedia",
     "odqa.flows.stages.passages:import_passages_flow": "import-passages",
     "odqa.flows.stages.questions:import_questions_flow": "import-questions",
+    "odqa.flows.compositions.fetch:fetch_flow": "fetch",
+    "odqa.flows.compositions.reproduce:reproduce_flow": "reproduce",
     "odqa.flows.stages.holdout:holdout_flow": "holdout",
     "odqa.flows.stages.bm25:bm25_index_flow": "bm25-index",
     "odqa.flows.stages.negatives:bm25_negatives_flow": "negatives-bm25",
@@ -48,10 +50,10 @@ FLOW_NAMES = {
 def test_prefect_yaml_has_a_deployment_per_flow_and_a_scheduled_reindex() -> None:
     spec = yaml.safe_load((REPO_ROOT / "prefect.yaml").read_text(encoding="utf-8"))
     deployments = {d["name"]: d for d in spec["deployments"]}
-    assert set(deployments) == {"ingest", "import-passages", "import-questions", "holdout", "label", "questions",
+    assert set(deployments) == {"ingest", "import-passages", "import-questions", "fetch", "holdout", "label", "questions",
                                 "bm25-index", "negatives", "positives", "train", "mine", "index-build", "retrieve",
                                 "evaluate", "tune-hybrid",
-                                "train-rounds", "experiment-dual-encoders", "experiment-taser", "pipeline",
+                                "train-rounds", "experiment-dual-encoders", "experiment-taser", "pipeline", "reproduce",
                                 "reindex"}  # fmt: skip
     assert {d["entrypoint"] for d in deployments.values()} == set(FLOW_NAMES)
     assert all(d["work_pool"]["name"] == "odqa-process" for d in deployments.values())

@@ -22,13 +22,14 @@ from odqa.flows.plumbing.server import REPO_ROOT
 # Each deployment's verb on the command line (the sample's `pipeline` has none: `odqa demo` runs it).
 VERBS: dict[str, tuple[str, ...]] = {
     "ingest": ("ingest", "wikipedia"), "import-passages": ("import", "passages"),
-    "import-questions": ("import", "questions"), "holdout": ("questions", "holdout"), "label": ("label", "domains"),
+    "import-questions": ("import", "questions"), "fetch": ("fetch",), "holdout": ("questions", "holdout"), "label": ("label", "domains"),
     "questions": ("questions", "trex"),
     "bm25-index": ("bm25", "index"), "negatives": ("negatives", "bm25"),
     "positives": ("positives", "bm25"), "train": ("train",), "mine": ("mine",),
     "index-build": ("index", "build"), "retrieve": ("retrieve",), "tune-hybrid": ("tune-hybrid",),
     "train-rounds": ("train-rounds",), "experiment-dual-encoders": ("experiment", "dual-encoders"),
     "experiment-taser": ("experiment", "taser"), "evaluate": ("evaluate",), "reindex": ("reindex",),
+    "reproduce": ("reproduce",),
 }  # fmt: skip
 # Where the form and the command line spell one default two ways, or differ on purpose.
 SAME_DEFAULT_SPELLED_TWICE = {

@@ -1,0 +1,128 @@
+"""Downloads as `odqa fetch` makes them, against the loopback server (no test reaches the
+internet): a cut transfer resumed with a Range request, a corrupted byte refused with nothing
+published, retries on 503, `--mirror`'s URL mapping, a publisher's sums file, and the sha256 of a
+first download recorded and checked on every later use."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from odqa.flows.compositions.fetch import fetch_resource
+from odqa.pipelines.downloads.checksums import ChecksumMismatch
+from odqa.pipelines.downloads.registry import Resource, parse_entry
+from odqa.pipelines.downloads.transfer import TransferError, TransferPolicy
+from odqa.storage.downloads import download_slot, seen_sha256
+
+from .loopback_http import LoopbackServer
+
+FAST = TransferPolicy(retries=2, backoff_s=0.0, timeout_s=10.0, block=4096)
+PAYLOAD = b"".join(b"%06d\tpassage number %d\tTitle %d\n" % (i, i, i) for i in range(4000))  # ~120 KB
+
+
+def _resource(url: str, **entry: object) -> Resource:
+    return parse_entry("test.file", {"url": url, **entry}, "test-registry.yaml")
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    (tmp_path / "site" / "files").mkdir(parents=True)
+    (tmp_path / "site" / "files" / "psgs.tsv").write_bytes(PAYLOAD)
+    with LoopbackServer(tmp_path / "site") as server:
+        yield server
+
+
+def test_a_cut_transfer_is_resumed_with_a_range_request_and_the_sha256_matches(served, tmp_path):
+    served.cut_after["files/psgs.tsv"] = len(PAYLOAD) // 2
+    sha = hashlib.sha256(PAYLOAD).hexdigest()
+    resource = _resource(served.url_of("files/psgs.tsv"), sha256=sha, size=len(PAYLOAD))
+    fetched = fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+    ranges = [r["headers"].get("Range") for r in served.requests_for("files/psgs.tsv")]
+    assert ranges == [None, f"bytes={len(PAYLOAD) // 2}-"]
+    assert fetched.file.read_bytes() == PAYLOAD and fetched.verified.sha256 == sha
+    assert fetched.verified.verified_by == "sha256 (publisher)"
+    assert not download_slot(tmp_path / "ws", resource.url).part.exists()
+
+
+def test_a_fetch_cut_short_keeps_its_bytes_and_the_next_fetch_resumes_them(served, tmp_path):
+    served.cut_after["files/psgs.tsv"] = 50_000
+    resource = _resource(served.url_of("files/psgs.tsv"))
+    slot = download_slot(tmp_path / "ws", resource.url)
+    with pytest.raises(TransferError, match="fetch again to resume"):
+        fetch_resource(tmp_path / "ws", resource, policy=TransferPolicy(retries=0), progress=False)
+    assert slot.part.stat().st_size == 50_000 and not slot.final.exists()
+    fetched = fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+    assert served.requests_for("files/psgs.tsv")[-1]["headers"]["Range"] == "bytes=50000-"
+    assert fetched.file.read_bytes() == PAYLOAD
+
+
+def test_a_corrupted_byte_is_refused_and_nothing_is_published(served, tmp_path):
+    served.corrupt["files/psgs.tsv"] = 1234
+    resource = _resource(served.url_of("files/psgs.tsv"), sha256=hashlib.sha256(PAYLOAD).hexdigest())
+    with pytest.raises(ChecksumMismatch, match=r"test\.file: psgs\.tsv has sha256 .* but the registry "
+                                               r"\(test-registry\.yaml\) gives .* not published"):  # fmt: skip
+        fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+    slot = download_slot(tmp_path / "ws", resource.url)
+    assert not slot.final.exists() and not slot.part.exists() and not slot.state.exists()
+
+
+def test_without_a_publisher_checksum_the_first_sha256_is_recorded_and_every_later_use_checked(served, tmp_path):
+    resource = _resource(served.url_of("files/psgs.tsv"))
+    first = fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+    slot = download_slot(tmp_path / "ws", resource.url)
+    assert seen_sha256(tmp_path / "ws", slot)["sha256"] == hashlib.sha256(PAYLOAD).hexdigest()
+    assert first.verified.verified_by.startswith("sha256 recorded now")
+    again = fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+    assert not again.downloaded and again.verified.verified_by == "sha256 (first download)"
+    slot.final.write_bytes(PAYLOAD[:-1] + b"?")  # the published file changed on disk
+    with pytest.raises(ChecksumMismatch, match="first download"):
+        fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+
+
+def test_a_503_is_retried_and_a_redirect_followed(served, tmp_path):
+    served.fail_once["files/psgs.tsv"] = 503
+    served.redirects["old/psgs.tsv"] = "files/psgs.tsv"
+    fetched = fetch_resource(tmp_path / "ws", _resource(served.url_of("old/psgs.tsv")), policy=FAST, progress=False)
+    assert fetched.file.read_bytes() == PAYLOAD
+    assert len(served.requests_for("files/psgs.tsv")) == 2
+
+
+def test_a_mirror_serves_https_host_path_as_base_host_path(tmp_path):
+    mirror_root = tmp_path / "mirror" / "dl.example.org" / "dpr"
+    mirror_root.mkdir(parents=True)
+    (mirror_root / "nq-test.qa.csv").write_bytes(PAYLOAD)
+    resource = _resource("https://dl.example.org/dpr/nq-test.qa.csv")
+    with LoopbackServer(tmp_path / "mirror") as mirror:
+        fetched = fetch_resource(tmp_path / "ws", resource, mirror=mirror.url + "/", policy=FAST, progress=False)
+        assert [r["path"] for r in mirror.requests] == ["/dl.example.org/dpr/nq-test.qa.csv"]
+    assert fetched.file == tmp_path / "ws" / "downloads" / "dl.example.org" / "dpr" / "nq-test.qa.csv"
+
+
+def test_a_checksum_from_the_publishers_sums_file(served, tmp_path):
+    sums = f"{'0' * 40}  other-file.sql.gz\n{hashlib.sha1(PAYLOAD).hexdigest()}  psgs.tsv\n"
+    (served.folder / "files" / "sha1sums.txt").write_text(sums)
+    resource = _resource(served.url_of("files/psgs.tsv"), sha1={"sums": served.url_of("files/sha1sums.txt")})
+    assert fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False).verified.verified_by == \
+        "sha1 (publisher)"  # fmt: skip
+    (served.folder / "files" / "sha1sums.txt").write_text(sums.replace("psgs.tsv", "renamed.tsv"))
+    with pytest.raises(ChecksumMismatch, match="sha1sums.txt: no line for psgs.tsv"):
+        fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+
+
+def test_an_archive_is_unpacked_for_its_import_and_a_member_leaving_it_is_refused(served, tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(served.folder / "files" / "nq.zip", "w") as archive:
+        archive.writestr("nq/corpus.jsonl", '{"_id": "1", "title": "T", "text": "x"}\n')
+    with zipfile.ZipFile(served.folder / "files" / "evil.zip", "w") as archive:
+        archive.writestr("../outside.txt", "x")
+    good = _resource(served.url_of("files/nq.zip"), unpack="unzip", member="nq")
+    fetched = fetch_resource(tmp_path / "ws", good, policy=FAST, progress=False)
+    assert fetched.path == fetched.file.with_name("nq.zip.unpacked") / "nq" and (fetched.path / "corpus.jsonl").exists()
+    evil = _resource(served.url_of("files/evil.zip"), unpack="unzip")
+    with pytest.raises(ValueError, match="'../outside.txt' is a link or leaves the archive's folder"):
+        fetch_resource(tmp_path / "ws", evil, policy=FAST, progress=False)
+    assert not (tmp_path / "ws" / "downloads" / "127.0.0.1" / "outside.txt").exists()
+    assert not download_slot(tmp_path / "ws", evil.url).unpacked.exists()

@@ -1,0 +1,94 @@
+"""`odqa reproduce` end to end on miniatures of the papers' releases (tests/reproduce/miniature.py),
+served by a loopback HTTP server through `--mirror` (and `--registry` for BEIR's md5): fetch,
+import, BM25, a few training steps, index, evaluation and the side-by-side table, for every setup.
+
+One setup runs through the command line; the others through the flow, on the tiny encoder with
+`max_steps` 1 and a dozen questions: a smoke-sized run (one round, no hybrids, only the
+architectures the figures name). The DPR-based setups share one workspace, as a user reproducing
+them one after the other would: the passages, their BM25 index and the NQ questions' BM25
+negatives are made by the first and recognised by the others (each setup still passes alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from odqa.storage import Workspace
+from odqa.storage.setups import load_setup
+from tests.experiments.conftest import tiny_encoder  # noqa: F401 (the session fixture)
+from tests.fetch.loopback_http import LoopbackServer
+from tests.reproduce.miniature import build_mirror
+
+LIMIT = 12  # of the miniature's 40 questions per set
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory, java: None):
+    folder, registry = build_mirror(tmp_path_factory.mktemp("miniature"))
+    with LoopbackServer(folder) as server:
+        yield server, registry
+
+
+@pytest.fixture(scope="module")
+def dpr_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workspace of the setups on DPR's passages (not DESIRE-ME's: its BEIR corpus is another)."""
+    return tmp_path_factory.mktemp("dpr-setups") / "ws"
+
+
+def _rows(ws: Workspace, setup: str) -> list[dict]:
+    return ws.sql(f"SELECT * FROM reproduction WHERE setup = '{setup}' ORDER BY retriever, metric").to_pylist()
+
+
+def _check_side_by_side(ws: Workspace, setup: str) -> list[dict]:
+    """Every paper figure is in the table, beside a figure of the run, with the difference."""
+    rows = _rows(ws, setup)
+    figures = load_setup(setup).figures
+    assert len(rows) == len(figures)
+    for row in rows:
+        assert row["measured"] is not None, row
+        assert row["difference"] == pytest.approx(row["measured"] - row["paper"], abs=1e-6), row
+        assert row["limited"] and row["source"]
+    return rows
+
+
+def test_dpr_taser_nq_from_an_empty_workspace_through_the_command_line(cli, mirror, dpr_workspace: Path,
+                                                                       tiny_encoder: str) -> None:  # noqa: F811
+    server, _ = mirror
+    ws_dir = dpr_workspace
+    args = ["-w", str(ws_dir), "reproduce", "dpr-taser-nq", "--mirror", server.url, "--max-steps", "1",
+            "--limit", str(LIMIT), "--base", tiny_encoder]  # fmt: skip
+    out = cli(*args).output
+    ws = Workspace.open_existing(ws_dir)
+    rows = _check_side_by_side(ws, "dpr-taser-nq")
+    paper = {(r["retriever"], r["metric"]): r for r in rows}
+    assert paper[("TASER", "R@20")]["paper"] == pytest.approx(0.837)
+    for line in ("TASER", "DPR", "BM25"):
+        assert any(cells.split()[:1] == [line] and "83.7" in cells or line != "TASER" for cells in out.splitlines())
+    assert "smoke-sized run" in out and "one round, no hybrids" in out and "SELECT * FROM reproduction WHERE setup = 'dpr-taser-nq'" in out
+    # the DPR files came from the mirror, each whole
+    assert server.requests_for("dl.fbaipublicfiles.com/dpr/data/retriever/nq-test.qa.csv")
+    # resumable: the same command again recognises every step and keeps the same figures
+    again = cli(*args).output
+    assert "done before (recognised from the workspace)" in again
+    assert _rows(ws, "dpr-taser-nq") == rows
+
+
+@pytest.mark.parametrize("setup", ["taser-entityquestions", "dual-encoder-comparison", "desire-me-fever"])
+def test_each_setup_runs_on_its_miniature(prefect_harness: str, mirror, dpr_workspace: Path, tmp_path: Path,
+                                          setup: str, tiny_encoder: str) -> None:  # noqa: F811
+    from odqa.flows.compositions.reproduce import reproduce_flow
+
+    server, registry = mirror
+    ws_dir = tmp_path / "ws" if setup == "desire-me-fever" else dpr_workspace
+    report = reproduce_flow(setup=setup, registry=str(registry), mirror=server.url, max_steps=1, limit=LIMIT,
+                            base=tiny_encoder, workspace=str(ws_dir))  # fmt: skip
+    ws = Workspace.open_existing(ws_dir)
+    rows = _check_side_by_side(ws, setup)
+    assert [r["measured"] for r in report.figures] == [r["measured"] for r in sorted(rows, key=_figure_order(setup))]
+    assert all(cell["run"] != "-" for cell in report.table())
+
+
+def _figure_order(setup: str):
+    order = {(f.retriever, f.metric): i for i, f in enumerate(load_setup(setup).figures)}
+    return lambda row: order[(row["retriever"], row["metric"])]
