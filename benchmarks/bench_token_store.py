@@ -13,8 +13,8 @@ reads them.
    token ids all come from the ``passage_tokens`` table: passage hashing, lookup, gathering,
    length-sorted batches (built one ahead in a helper thread), shard writes (in a helper thread,
    overlapping the next shard) and manifest writes. What a device would be fed at most, on this
-   machine, in a GPU's batch shape (128 passages, no token cap) and in this CPU's (at most 4096
-   padded tokens a batch), alternating.
+   machine, in a GPU's batch shape (128 passages, no token cap) and in this CPU's (at most
+   ``CPU_BATCH_TOKENS`` padded tokens a batch), alternating.
 2. *A second model with the same tokenizer*: two small BERTs (2 layers, 64 wide, random
    weights, MiniLM's tokenizer files) encode the passages in turn; neither tokenizes (the feed
    ceiling's run stored MiniLM's ids, the same tokenizer).
@@ -108,7 +108,7 @@ def encode(ws: Workspace, retriever, out: Path, version: str, batch_size: int = 
 
 FEED_SHAPES = {  # batch_size, batch_tokens: how the encoder is handed its batches
     "gpu_batches_128": (128, 0),  # a GPU's: 128 passages a batch, no token cap (the default on CUDA)
-    "cpu_batches_4096_tokens": (128, None),  # this CPU's default: at most 4096 padded tokens a batch
+    "cpu_batches": (128, None),  # this CPU's default: at most CPU_BATCH_TOKENS padded tokens a batch
 }
 
 

@@ -57,6 +57,7 @@ os.environ.setdefault("ODQA_SLOT_DIR", str(Path(tempfile.gettempdir()) / f"odqa-
 #: half hour. A file missing from the list runs after them, in its usual order.
 SLOW_FILES = (
     "tests/docs/test_readme.py",
+    "tests/reproduce/test_reproduce_miniatures.py",
     "tests/ops/test_parallel_dense.py",
     "tests/ops/test_cli_terminal.py",
     "tests/ops/test_server_lifecycle.py",

@@ -411,7 +411,7 @@ def shard_tokens(retriever: object, feed: TokenFeed | None, ids: pa.Array, title
     return TokenizedShard.from_rows(rows, order, _pad_values(retriever))  # type: ignore[arg-type]
 
 
-CPU_BATCH_TOKENS = 4096  # padded tokens per batch on CPU (about 30 passages of 100 words)
+CPU_BATCH_TOKENS = 2048  # padded tokens per batch on CPU (about 15 passages of 100 words)
 
 
 def token_batches(lengths: np.ndarray, batch_size: int, max_tokens: int | None = None) -> list[np.ndarray]:

@@ -203,3 +203,17 @@ def test_bf16_weights_stay_within_cosine_of_fp32_on_real_passages():
     assert linears and all(m.weight.dtype == torch.bfloat16 for m in linears)
     assert all(m.weight.dtype == torch.float32 for m in cast.modules() if isinstance(m, torch.nn.LayerNorm))
     assert inference_weights(model, "fp32") is model and inference_weights(cast, "bf16") is cast
+
+
+def test_passage_keys_hash_id_title_text_the_same_from_arrow_or_python():
+    """The key is BLAKE2b-128 of "id\\0title\\0text\\0" (a missing title as ""), whether the
+    columns come as Arrow arrays (the encoder's path) or Python strings (re-index diffs)."""
+    import hashlib
+
+    ids, titles, texts = ["p1", "p2", "p3"], ["Zürich", None, ""], ["text one", "two", "ünï\x00code"]
+    expected = np.frombuffer(b"".join(
+        hashlib.blake2b(f"{i}\x00{t or ''}\x00{x}\x00".encode(), digest_size=16).digest()
+        for i, t, x in zip(ids, titles, texts, strict=True)), dtype=np.uint64).reshape(-1, 2)  # fmt: skip
+    np.testing.assert_array_equal(passage_keys(ids, titles, texts), expected)
+    np.testing.assert_array_equal(passage_keys(pa.array(ids), pa.array(titles, pa.string()), pa.array(texts)), expected)
+    assert len({tuple(k) for k in passage_keys(["a", "a"], ["b", ""], ["", "b"])}) == 2  # fields do not run together

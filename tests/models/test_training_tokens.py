@@ -19,7 +19,7 @@ def tiny(tmp_path_factory):
 
 
 def _examples(count: int) -> list[TrainingExample]:
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
     passage = lambda i: (f"Title {i}", " ".join(words[: 1 + (i * 5) % len(words)]) + f" number {i}")  # noqa: E731
     return [TrainingExample(question=f"question {i}?", answers=("x",), positive=passage(i),
                             hard_negatives=(passage(i + 100), passage(i + 200)), positive_id=f"p{i}",

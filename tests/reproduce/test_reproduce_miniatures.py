@@ -2,7 +2,9 @@
 served by a loopback HTTP server through `--mirror` (and `--registry` for BEIR's md5): fetch,
 import, BM25, a few training steps, index, evaluation and the side-by-side table, for every setup.
 
-One setup runs through the command line; the others through the flow, on the tiny encoder with
+One setup runs through the command line (in every `./run test`); the others through the flow
+(about two minutes more on 2 cores, so outside the default run: `./run test -m every_setup
+tests/reproduce`), on the tiny encoder with
 `max_steps` 1 and a dozen questions: a smoke-sized run (one round, no hybrids, only the
 architectures the figures name). The DPR-based setups share one workspace, as a user reproducing
 them one after the other would: the passages, their BM25 index and the NQ questions' BM25
@@ -74,6 +76,7 @@ def test_dpr_taser_nq_from_an_empty_workspace_through_the_command_line(cli, mirr
     assert _rows(ws, "dpr-taser-nq") == rows
 
 
+@pytest.mark.every_setup
 @pytest.mark.parametrize("setup", ["taser-entityquestions", "dual-encoder-comparison", "desire-me-fever"])
 def test_each_setup_runs_on_its_miniature(prefect_harness: str, mirror, dpr_workspace: Path, tmp_path: Path,
                                           setup: str, tiny_encoder: str) -> None:  # noqa: F811
