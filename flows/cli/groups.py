@@ -26,13 +26,7 @@ from ...storage import choices, ids
 from ..backend.auth import client_auth_string
 from ..backend.file_modes import apply_umask
 from ..backend.local_server import ServerPaths, registered_client, stamped_flow_runs
-from .prefect_api import (
-    HEARTBEAT_ENV,
-    PrefectApi,
-    choose_prefect_api,
-    server_lines,
-    without_heartbeats,
-)
+from .prefect_api import PrefectApi, choose_prefect_api, server_lines
 from .terminal import TerminalSession, open_session, workspace_root
 
 if TYPE_CHECKING:
@@ -170,8 +164,6 @@ def use_prefect(root: click.Context, start: bool) -> PrefectApi:
         root.with_resource(registered_client(workspace))
         if start:  # its runs end Crashed by the next verb if it is killed (serverless verbs run no flow)
             root.with_resource(stamped_flow_runs())
-    if start and not os.environ.get(HEARTBEAT_ENV):
-        root.with_resource(without_heartbeats())
     for line in server_lines(api, workspace):
         click.echo(f"odqa: {line}", err=True)
     if session.verbose:

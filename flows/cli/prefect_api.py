@@ -19,8 +19,6 @@ from pathlib import Path
 
 from ..backend.local_server import ServerStatus, ensure_server, running_server, stop_command
 
-HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
-
 
 @dataclass(frozen=True)
 class PrefectApi:
@@ -83,18 +81,6 @@ def choose_prefect_api(workspace: Path, start: bool) -> PrefectApi:
     if record is not None:
         return PrefectApi(record.api_url, "this workspace's server", needs_export=True)
     return PrefectApi(None, "none")
-
-
-def without_heartbeats():
-    """Prefect settings for this call with flow-run heartbeats off. Prefect 3.8 ends every sync
-    flow run (subflows too) by joining its heartbeat thread, which sleeps in 1 s steps: up to 1 s
-    per flow run, most of a short verb's overhead and a second per pipeline stage. The heartbeats
-    only feed zombie-run automations, which odqa does not set up (the next verb marks the runs of
-    dead processes Crashed: `flows.backend.local_server.crash_orphaned_runs`). Setting $PREFECT_FLOWS_HEARTBEAT_FREQUENCY
-    keeps them."""
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
-    return temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
 
 
 def server_lines(api: PrefectApi, workspace: Path) -> list[str]:

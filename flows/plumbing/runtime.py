@@ -28,10 +28,12 @@ from contextlib import contextmanager
 
 from prefect.logging.handlers import APILogHandler
 
-from .prefect_fixes import share_tls_context
+from .prefect_fixes import prompt_heartbeat_shutdown, share_tls_context
 
-# Every flow module imports this one: their clients share one TLS context (prefect_fixes).
+# Every flow module imports this one: their clients share one TLS context and their flow runs end
+# without waiting on a sleeping heartbeat thread (prefect_fixes).
 share_tls_context()
+prompt_heartbeat_shutdown()
 
 ROUTED_LOGGER = "odqa"
 FLOW_RUN_ENV = "ODQA_FLOW_RUN_ID"

@@ -20,7 +20,7 @@ MAX_SUMS_FILE_BYTES = 4 << 20  # a dump's sums file lists a few hundred files: ~
 class Verified:
     sha256: str
     bytes: int
-    verified_by: str  # "md5 (publisher)", "sha1 (publisher's sums file)", "sha256 (first download)", "recorded now"
+    verified_by: str  # "md5 (registry)", "sha1 (publisher's sums file)", "sha256 (first download)", "recorded now"
 
 
 def _sums_file_text(url: str, mirror: str, timeout_s: float) -> str:
@@ -55,7 +55,7 @@ def verify(path: Path, resource: Resource, seen: dict[str, Any] | None, mirror: 
             text = _sums_file_text(checksum.sums_url, mirror, timeout_s)
             expected, by = digest_in_sums_file(text, resource.file_name, checksum.sums_url, algorithm), checksum.sums_url
         check(resource.file_name, resource.name, expected, other, algorithm, by)
-        return Verified(sha256, size, f"{algorithm} (publisher)")
+        return Verified(sha256, size, f"{algorithm} (registry)" if checksum.digest else f"{algorithm} (publisher's sums file)")
     if seen is not None:
         check(resource.file_name, resource.name, str(seen.get("sha256")), sha256, "sha256",
               "the record of its first download (downloads/seen-sha256.json)")  # fmt: skip

@@ -87,8 +87,11 @@ def main(argv: list[str]) -> int:
     number = 0
     while not stop.exists() or kinds:
         time.sleep(rng.uniform(0.3, 2.5))
-        kind = kinds.pop() if kinds else rng.choice(("renamed", "renamed", "cut", "cut", "replaced", "malformed"))
-        if kind == "replaced" and not complete:
+        owed = bool(kinds)  # still in the pass that makes every kind once
+        kind = kinds.pop() if owed else rng.choice(("renamed", "renamed", "cut", "cut", "replaced", "malformed"))
+        if kind == "replaced" and not complete:  # nothing to replace yet: a new file now, the replacement later
+            if owed:
+                kinds.insert(0, "replaced")
             kind = "renamed"
         number += 1
         tag = f"w{number}"

@@ -51,6 +51,7 @@ VARYING = [  # what differs from run to run, masked in the transcript and in the
     (re.compile(r"\bpid \d+"), "pid <n>"),
     (re.compile(r"[\d,.]+(e[-+]\d+)? (\w+)/s\b"), r"<n> \2/s"),
     (re.compile(r"\b\d+:\d\d(:\d\d)?\b"), "<time>"),
+    (re.compile(r"(?<==)-?\d+(\.\d+)?(e[-+]\d+)?\b"), "<x>"),  # a progress figure (examples_per_s=0.3, or =6 when faster)
     (re.compile(r"-?\d[\d,]*\.\d+(e[-+]\d+)?|\d+e[-+]\d+"), "<x>"),
     (re.compile(r"(?<![\w.@:-])[01](?![\w.:-])"), "<x>"),  # a figure at its bound (R@5 1) may be 0.98 elsewhere
     (re.compile(r" +"), " "),

@@ -42,7 +42,7 @@ def test_a_cut_transfer_is_resumed_with_a_range_request_and_the_sha256_matches(s
     ranges = [r["headers"].get("Range") for r in served.requests_for("files/psgs.tsv")]
     assert ranges == [None, f"bytes={len(PAYLOAD) // 2}-"]
     assert fetched.file.read_bytes() == PAYLOAD and fetched.verified.sha256 == sha
-    assert fetched.verified.verified_by == "sha256 (publisher)"
+    assert fetched.verified.verified_by == "sha256 (registry)"
     assert not download_slot(tmp_path / "ws", resource.url).part.exists()
 
 
@@ -105,7 +105,7 @@ def test_a_checksum_from_the_publishers_sums_file(served, tmp_path):
     (served.folder / "files" / "sha1sums.txt").write_text(sums)
     resource = _resource(served.url_of("files/psgs.tsv"), sha1={"sums": served.url_of("files/sha1sums.txt")})
     assert fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False).verified.verified_by == \
-        "sha1 (publisher)"  # fmt: skip
+        "sha1 (publisher's sums file)"  # fmt: skip
     (served.folder / "files" / "sha1sums.txt").write_text(sums.replace("psgs.tsv", "renamed.tsv"))
     with pytest.raises(ChecksumMismatch, match="sha1sums.txt: no line for psgs.tsv"):
         fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)

@@ -19,6 +19,7 @@ from odqa.models.job import TrainingJob, TrainSet, run_job
 from odqa.models.trainer import TrainingConfig
 
 PER_NODE = 2
+LR = 5e-4
 REPO = Path(__file__).parents[2]
 
 
@@ -26,7 +27,7 @@ def _job(folder: Path, checkpoint: str, examples: Path, batch_size: int) -> Path
     # hard_negatives=2 takes every hard negative of the toy set (no sampling differs by rank);
     # the tiny checkpoint has no dropout.
     training = TrainingConfig(output_dir=str(folder / "out"), batch_size=batch_size, hard_negatives=2, max_steps=3,
-                              lr=5e-4, warmup_steps=0, seed=5, amp="none", checkpoint_minutes=None, progress=False)
+                              lr=LR, warmup_steps=0, seed=5, amp="none", checkpoint_minutes=None, progress=False)
     job = TrainingJob(arch="dpr", base=checkpoint, training=training, train_sets=[TrainSet("toy", str(examples))],
                       result_path=str(folder / "result.json"))  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
@@ -95,5 +96,8 @@ def test_two_nodes_train_the_weights_of_one_process_on_the_global_batch(tiny_che
     moved = [(tensor - base[name[len(tower):]]).abs().max().item() for name, tensor in compared.items()
              if name.startswith(tower) and name[len(tower):] in base]  # fmt: skip
     assert moved and max(moved) > 1e-4, "training did not change the weights"
+    # The sums over ranks round differently, and AdamW's m/sqrt(v) turns that into a step of up to
+    # a few % of lr where a gradient is near 0 (seen: 1.9e-5 = 4% of lr, once in a suite); a
+    # wrong global batch moves weights by whole steps (lr each).
     differences = sorted(((got[name] - tensor).abs().max().item(), name) for name, tensor in compared.items())
-    assert differences[-1][0] <= 1e-5, f"largest differences {differences[-8:]}"
+    assert differences[-1][0] <= 0.1 * LR, f"largest differences {differences[-8:]}"

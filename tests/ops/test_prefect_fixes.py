@@ -50,3 +50,46 @@ def test_a_callers_verify_and_the_insecure_setting_are_prefects_own() -> None:
         insecure = _context(PrefectClient(API))
     assert insecure.verify_mode == ssl.CERT_NONE and not insecure.check_hostname
     assert context_for_settings().verify_mode == ssl.CERT_REQUIRED  # the shared one untouched
+
+
+class _Engine:
+    """What the heartbeat context reads of Prefect's flow run engine, with the beats counted."""
+
+    heartbeat_seconds = 3600  # the next beat an hour away: the thread is asleep when the run ends
+
+    def __init__(self) -> None:
+        import logging
+
+        self.flow_run, self.beats, self.logger = None, [], logging.getLogger("test-heartbeats")
+
+    def _build_heartbeat_event_template(self):  # noqa: ANN202
+        return {"resource": 1}, []
+
+    def _emit_flow_run_heartbeat(self, resource, related) -> None:  # noqa: ANN001
+        self.beats.append(resource)
+
+
+def test_a_flow_runs_heartbeat_beats_at_its_start_and_stops_with_it() -> None:
+    import threading
+    import time
+
+    import prefect.flow_engine as engine_module
+
+    from odqa.flows.plumbing import runtime  # noqa: F401 (every flow module imports it: the fix applied)
+    from odqa.flows.plumbing.prefect_fixes import prompt_heartbeat_shutdown
+
+    prompt_heartbeat_shutdown()  # applying it again changes nothing
+    assert getattr(engine_module._send_heartbeats, "odqa_fixed", False)
+    engine, before = _Engine(), threading.active_count()
+    with engine_module._send_heartbeats(engine):
+        deadline = time.monotonic() + 10
+        while not engine.beats and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.beats == [{"resource": 1}]  # the first beat at the run's start, as Prefect's
+        ended = time.monotonic()
+    # Prefect 3.8.8's thread slept in 1 s steps, so the exit waited for up to a second
+    assert time.monotonic() - ended < 0.5
+    assert threading.active_count() == before  # the thread has ended, not been left behind
+    engine.heartbeat_seconds = None  # heartbeats off: no thread at all
+    with engine_module._send_heartbeats(engine):
+        assert threading.active_count() == before

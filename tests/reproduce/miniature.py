@@ -1,6 +1,7 @@
 """Miniatures of the papers' releases, in their own file layouts, made from the bundled sample:
 a mirror folder (`--mirror`: BASE/HOST/PATH) that the loopback server serves in place of the
-publishers, and a registry file for what a mirror cannot stand in for (BEIR's published md5).
+publishers, and a registry file for what a mirror cannot stand in for (the shipped registry's
+sizes and digests of the real files: BEIR's md5, DPR's passages and training files).
 
 - DPR: psgs_w100.tsv.gz (id, text, title), biencoder-*-train.json.gz, nq-test.qa.csv;
 - EntityQuestions: dataset.zip with dataset/test/P<relation>.test.json;
@@ -19,11 +20,15 @@ import json
 import zipfile
 from pathlib import Path
 
+import yaml
+
+from odqa.pipelines.downloads.registry import CHECKSUM_ALGORITHMS, SHIPPED_REGISTRY
 from tests.conftest import SAMPLE_DIR
 
 OWN = SAMPLE_DIR / "own-data"
 DPR = "dl.fbaipublicfiles.com/dpr"
 DUMP = "dumps.wikimedia.org/enwiki/20250601"
+EQ_ZIP = "nlp.cs.princeton.edu/projects/entity-questions/dataset.zip"
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/fever.zip"
 TRAIN_FILES = ("nq", "trivia", "squad1", "webquestions", "curatedtrec")  # DPR's biencoder-<name>-train.json.gz
 
@@ -63,7 +68,7 @@ def build_mirror(root: Path, questions: int = 40) -> tuple[Path, Path]:
     eq = {f"dataset/test/P{relation}.test.json": json.dumps([{"question": q["question"], "answers": q["answers"]}
                                                              for q in test[i::2]]).encode()
           for i, relation in enumerate((19, 26))}  # fmt: skip
-    _write(mirror / "nlp.cs.princeton.edu/projects/entity-questions/dataset.zip", _zip(eq))
+    _write(mirror / EQ_ZIP, _zip(eq))
     _write(mirror / BEIR_URL.removeprefix("https://"), _zip(_beir(train, test)))
     sums = []
     for table in ("page", "categorylinks", "linktarget"):
@@ -72,11 +77,25 @@ def build_mirror(root: Path, questions: int = 40) -> tuple[Path, Path]:
         sums.append(f"{hashlib.sha1(data).hexdigest()}  enwiki-20250601-{table}.sql.gz\n")
     _write(mirror / DUMP / "enwiki-20250601-sha1sums.txt", "".join(sums).encode())
     registry = root / "registry.yaml"
-    registry.write_text(json.dumps({"beir.fever": {
-        "url": BEIR_URL, "format": "beir", "dataset": "beir-fever", "split": "test", "import": "import questions",
-        "unpack": "unzip", "member": "fever", "description": "a miniature of BEIR's fever (no published md5)"}}),
-        encoding="utf-8")  # fmt: skip
+    registry.write_text(json.dumps(_registry_of(mirror)), encoding="utf-8")
     return mirror, registry
+
+
+def _registry_of(mirror: Path) -> dict[str, dict]:
+    """The shipped entries of the mirrored files that give a size or digest (DPR's passages and NQ,
+    TriviaQA training files, the BEIR zips), with the miniature's size and sha256 instead, as
+    a user's own mirror of other bytes would be registered."""
+    shipped = yaml.safe_load(SHIPPED_REGISTRY.read_text(encoding="utf-8"))
+    entries = {}
+    for name, entry in shipped.items():
+        copy = mirror / entry.get("url", "").removeprefix("https://")
+        if not copy.is_file() or not ({"size", *CHECKSUM_ALGORITHMS} & set(entry)):
+            continue
+        data = copy.read_bytes()
+        own = {key: value for key, value in entry.items() if key not in CHECKSUM_ALGORITHMS}
+        entries[name] = {**own, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                         "description": f"a miniature of {name}"}  # fmt: skip
+    return entries
 
 
 def _beir(train: list[dict], test: list[dict]) -> dict[str, bytes]:

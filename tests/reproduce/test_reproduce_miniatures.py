@@ -1,10 +1,11 @@
 """`odqa reproduce` end to end on miniatures of the papers' releases (tests/reproduce/miniature.py),
-served by a loopback HTTP server through `--mirror` (and `--registry` for BEIR's md5): fetch,
-import, BM25, a few training steps, index, evaluation and the side-by-side table, for every setup.
+served by a loopback HTTP server through `--mirror` (and `--registry` for the real files' sizes and
+digests): fetch (a corrupted byte refused with nothing published, then a cut transfer resumed with
+a Range request), import, BM25, a few training steps, index, evaluation and the side-by-side
+table, for every setup.
 
-One setup runs through the command line (in every `./run test`); the others through the flow
-(about two minutes more on 2 cores, so outside the default run: `./run test -m every_setup
-tests/reproduce`), on the tiny encoder with
+Every setup runs in every `./run test`: one through the command line, the others through the
+flow (marked `every_setup`: `./run test -m every_setup` runs them alone), on the tiny encoder with
 `max_steps` 1 and a dozen questions: a smoke-sized run (one round, no hybrids, only the
 architectures the figures name). The DPR-based setups share one workspace, as a user reproducing
 them one after the other would: the passages, their BM25 index and the NQ questions' BM25
@@ -12,15 +13,19 @@ negatives are made by the first and recognised by the others (each setup still p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from odqa.storage import Workspace
+from odqa.storage.downloads import download_slot
 from odqa.storage.setups import load_setup
 from tests.experiments.conftest import tiny_encoder  # noqa: F401 (the session fixture)
 from tests.fetch.loopback_http import LoopbackServer
-from tests.reproduce.miniature import build_mirror
+from tests.reproduce.miniature import BEIR_URL, DPR, DUMP, EQ_ZIP, build_mirror
 
 LIMIT = 12  # of the miniature's 40 questions per set
 
@@ -54,13 +59,38 @@ def _check_side_by_side(ws: Workspace, setup: str) -> list[dict]:
     return rows
 
 
+def _refused_then_resumed(server: LoopbackServer, ws_dir: Path, corrupt: str, cut: str,
+                          run: Callable[[bool], Any]) -> Any:  # fmt: skip
+    """The setup's fetch refuses a corrupted byte of `corrupt` (a file the registry gives a digest
+    of) with nothing published; served whole, with the transfer of `cut` broken off in the middle,
+    the same run resumes that transfer with a Range request and goes on to the table."""
+    server.corrupt[corrupt] = 100
+    run(True)
+    slot = download_slot(ws_dir, f"https://{corrupt}")
+    assert not slot.final.exists() and not slot.part.exists() and not slot.unpacked.exists()
+    del server.corrupt[corrupt]
+    half = (server.folder / cut).stat().st_size // 2
+    server.cut_after[cut] = half
+    result = run(False)
+    assert [r["headers"].get("Range") for r in server.requests_for(cut)][-2:] == [None, f"bytes={half}-"]
+    return result
+
+
 def test_dpr_taser_nq_from_an_empty_workspace_through_the_command_line(cli, mirror, dpr_workspace: Path,
                                                                        tiny_encoder: str) -> None:  # noqa: F811
-    server, _ = mirror
+    server, registry = mirror
     ws_dir = dpr_workspace
-    args = ["-w", str(ws_dir), "reproduce", "dpr-taser-nq", "--mirror", server.url, "--max-steps", "1",
-            "--limit", str(LIMIT), "--base", tiny_encoder]  # fmt: skip
-    out = cli(*args).output
+    args = ["-w", str(ws_dir), "reproduce", "dpr-taser-nq", "--mirror", server.url, "--registry", str(registry),
+            "--max-steps", "1", "--limit", str(LIMIT), "--base", tiny_encoder]  # fmt: skip
+
+    def run(refused: bool) -> str:
+        result = cli(*args, ok=not refused)
+        if refused:
+            assert result.exit_code == 1 and "is corrupt or was changed at the source, and is not published" in result.output
+        return result.output
+
+    out = _refused_then_resumed(server, ws_dir, f"{DPR}/wikipedia_split/psgs_w100.tsv.gz",
+                                f"{DPR}/data/retriever/biencoder-nq-train.json.gz", run)  # fmt: skip
     ws = Workspace.open_existing(ws_dir)
     rows = _check_side_by_side(ws, "dpr-taser-nq")
     paper = {(r["retriever"], r["metric"]): r for r in rows}
@@ -69,11 +99,20 @@ def test_dpr_taser_nq_from_an_empty_workspace_through_the_command_line(cli, mirr
         assert any(cells.split()[:1] == [line] and "83.7" in cells or line != "TASER" for cells in out.splitlines())
     assert "smoke-sized run" in out and "one round, no hybrids" in out and "SELECT * FROM reproduction WHERE setup = 'dpr-taser-nq'" in out
     # the DPR files came from the mirror, each whole
-    assert server.requests_for("dl.fbaipublicfiles.com/dpr/data/retriever/nq-test.qa.csv")
+    assert server.requests_for(f"{DPR}/data/retriever/nq-test.qa.csv")
     # resumable: the same command again recognises every step and keeps the same figures
     again = cli(*args).output
     assert "done before (recognised from the workspace)" in again
     assert _rows(ws, "dpr-taser-nq") == rows
+
+
+# Per further setup: the file whose corrupted byte its fetch refuses, and the file whose cut transfer
+# it resumes, among those it downloads; the dual-encoder comparison downloads nothing new after
+# dpr-taser-nq (the same DPR files: each is checked again on this use, never trusted).
+FAULTS = {
+    "taser-entityquestions": (f"{DPR}/data/retriever/biencoder-trivia-train.json.gz", EQ_ZIP),
+    "desire-me-fever": (BEIR_URL.removeprefix("https://"), f"{DUMP}/enwiki-20250601-categorylinks.sql.gz"),
+}
 
 
 @pytest.mark.every_setup
@@ -81,11 +120,20 @@ def test_dpr_taser_nq_from_an_empty_workspace_through_the_command_line(cli, mirr
 def test_each_setup_runs_on_its_miniature(prefect_harness: str, mirror, dpr_workspace: Path, tmp_path: Path,
                                           setup: str, tiny_encoder: str) -> None:  # noqa: F811
     from odqa.flows.compositions.reproduce import reproduce_flow
+    from odqa.pipelines.downloads.checksums import ChecksumMismatch
 
     server, registry = mirror
     ws_dir = tmp_path / "ws" if setup == "desire-me-fever" else dpr_workspace
-    report = reproduce_flow(setup=setup, registry=str(registry), mirror=server.url, max_steps=1, limit=LIMIT,
-                            base=tiny_encoder, workspace=str(ws_dir))  # fmt: skip
+
+    def run(refused: bool) -> Any:
+        call = partial(reproduce_flow, setup=setup, registry=str(registry), mirror=server.url, max_steps=1,
+                       limit=LIMIT, base=tiny_encoder, workspace=str(ws_dir))  # fmt: skip
+        if not refused:
+            return call()
+        with pytest.raises(ChecksumMismatch, match="is not published"):
+            call()
+
+    report = _refused_then_resumed(server, ws_dir, *FAULTS[setup], run) if setup in FAULTS else run(False)
     ws = Workspace.open_existing(ws_dir)
     rows = _check_side_by_side(ws, setup)
     assert [r["measured"] for r in report.figures] == [r["measured"] for r in sorted(rows, key=_figure_order(setup))]
