@@ -26,12 +26,17 @@ def test_list_names_the_dpr_entityquestions_paq_wikipedia_and_beir_resources(tmp
                  "entityquestions.test", "paq.PAQ_metadata", "wikipedia.enwiki-20250601.pages-articles",
                  "wikipedia.enwiki-20250601.categorylinks", "beir.climate-fever"):  # fmt: skip
         assert name in result.output
+    rows = {line.split()[0]: line.split()[1:3] for line in result.output.splitlines() if line.strip()}
+    assert rows["data.wikipedia_split.psgs_w100"] == ["4.7", "GB"]  # the registry's exact size, shown
+    assert rows["beir.fever"] == ["1.2", "GB"] and rows["data.retriever.qas.nq-test"][0] == "?"  # none known yet
     assert not (tmp_path / "none").exists()  # --list makes no workspace
 
 
 def test_the_shipped_registry_gives_the_publishers_checksums():
     resources = load_registry()
     assert resources["beir.nq"].checksum.digest == "d4d3d2e48787a744b6f6e691ff534307"
+    passages = resources["data.wikipedia_split.psgs_w100"]  # ir_datasets' size, HF wiki_dpr's sha256
+    assert passages.size == 4_694_541_059 and passages.checksum.algorithm == "sha256"
     dump = resources["wikipedia.enwiki-20250601.page"]
     assert dump.checksum.algorithm == "sha1" and dump.checksum.sums_url.endswith("enwiki-20250601-sha1sums.txt")
     assert resources["data.retriever.qas.nq-test"].checksum is None  # DPR publishes none: recorded at first download
