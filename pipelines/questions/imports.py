@@ -35,7 +35,6 @@ the questions and passages of one file can be consumed one after the other.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -65,6 +64,7 @@ from .jsonstream import (
     refuse_unpaired_surrogates,
     too_deep,
 )
+from .python_literals import literal_eval
 from .rows import (
     PASSAGE_SCHEMA,
     QREL_SCHEMA,
@@ -214,7 +214,7 @@ def _literal_list(text: str, where: str) -> list[str]:
         raise too_deep(where) from None
     except json.JSONDecodeError:
         try:
-            value = ast.literal_eval(text)
+            value = literal_eval(text)
         except RecursionError:
             raise too_deep(where) from None
         except (ValueError, SyntaxError):

@@ -8,7 +8,6 @@ there odqa refuses naming file and line, or reads what DPR cannot.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from odqa.pipelines.passage_formats import PassageFormatError, read_dpr_tsv
 from odqa.pipelines.questions.imports import ImportFormatError, import_questions
+from odqa.pipelines.questions.python_literals import literal_eval
 from odqa.pipelines.questions.rows import stable_id, unique_in_order
 
 from .conftest import reference_figures
@@ -39,7 +39,7 @@ def _without_bom(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]
 
 def _qas(case: dict[str, Any]) -> list[dict[str, Any]]:
     """CsvQASrc's records of the rows that have any field (DPR stops at an empty row)."""
-    return [{"question": r[0], "answers": ast.literal_eval(r[1]), "id": None} for r in case["rows"] if r]
+    return [{"question": r[0], "answers": literal_eval(r[1]), "id": None} for r in case["rows"] if r]
 
 
 # odqa's record where DPR's differs: why, in docs/interop.md's table.

@@ -3,13 +3,13 @@ reads the records the reference loader reads (README.md: DPR's csv.reader, json.
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 from pathlib import Path
 
 from odqa.pipelines.passage_formats import read_dpr_tsv
 from odqa.pipelines.questions.imports import import_questions
+from odqa.pipelines.questions.python_literals import literal_eval
 
 from ..conftest import shared_data
 
@@ -31,7 +31,7 @@ def test_squad24_question_files_read_as_csv_reader_reads_them() -> None:
     for name in ("dev.qas.tsv", "train.qas.tsv"):
         path = shared_data("squad24", name)
         rows = csv_rows(path)
-        assert questions("dpr-qas", path) == [(q, list(dict.fromkeys(ast.literal_eval(a)))) for q, a in rows]
+        assert questions("dpr-qas", path) == [(q, list(dict.fromkeys(literal_eval(a)))) for q, a in rows]
         raw = [line.split("\t") for line in path.read_text(encoding="utf-8").removesuffix("\n").split("\n")]
         assert raw == rows and questions("dpr-qas", path, quoting="none") == questions("dpr-qas", path)
 

@@ -9,7 +9,6 @@ except for the approximate article prose, which comes from ``sample/build_sample
 
 from __future__ import annotations
 
-import ast
 import bz2
 import gzip
 import hashlib
@@ -26,6 +25,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from odqa.pipelines.questions.python_literals import literal_eval
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample"
@@ -587,7 +588,7 @@ def test_nq_and_dpr_questions_are_answerable_from_the_sample():
         (SAMPLE / "qa" / "dpr-qas-sample.tsv").read_text(encoding="utf-8").splitlines(), 1
     ):
         question, answers = line.split("\t")
-        parsed = ast.literal_eval(answers)
+        parsed = literal_eval(answers)
         assert isinstance(parsed, list) and all(isinstance(a, str) for a in parsed), lineno
         dpr.append({"question": question, "answer": parsed})
     assert len(dpr) >= 15

@@ -13,18 +13,19 @@ DPR reads both of its tab-separated formats with the standard library's csv modu
 
 This script writes each case's file and reads it exactly that way: `open(path, encoding="utf-8")`
 (DPR's `open(file)` under a UTF-8 locale, universal newlines) and `csv.reader(f, delimiter="\\t")`.
-Answers go through `ast.literal_eval`, which gives what DPR's `eval` gives for every literal (and
+Answers go through `ast.literal_eval` (`python_literals.literal_eval`), which gives what DPR's `eval` gives for every literal (and
 refuses code). Recorded per case: the file's text, the reader's rows, and the records, or the
 error DPR's loader stops with. DPR's later preprocessing (`normalize_question`: ’ to ';
 `CsvCtxSrc`: `.strip('"')` of the text) is not reading and is not applied.
 """
 
-import ast
 import csv
 import json
 import sys
 import tempfile
 from pathlib import Path
+
+from odqa.pipelines.questions.python_literals import literal_eval
 
 PRIESTLEY = '"An Account of Further Discoveries in Air" was published by who in 1775?\t["Joseph Priestley"]\n'
 
@@ -90,7 +91,7 @@ def dpr_rows(path: Path) -> list[list[str]]:
 
 def qas_records(rows: list[list[str]]) -> list[dict]:
     """CsvQASrc's samples: question row[0], answers eval(row[1]), id row[2] (when present)."""
-    return [{"question": row[0], "answers": ast.literal_eval(row[1]), "id": row[2] if len(row) > 2 else None}
+    return [{"question": row[0], "answers": literal_eval(row[1]), "id": row[2] if len(row) > 2 else None}
             for row in rows]  # fmt: skip
 
 
