@@ -110,6 +110,7 @@ class LoadedRelease:
         self.refs = 0
         self.retired = False
         self.closed = False
+        self.freed = threading.Event()  # set once close() has stopped the batchers and dropped the indexes
         self.dense = (MicroBatcher(self._dense_batch, max_wait_s=batching.max_wait_s, max_items=batching.max_items,
                                    expected=expected, name=f"dense-{self.release}", workers=batching.encoder_workers)
                       if dense is not None else None)  # fmt: skip
@@ -166,6 +167,7 @@ class LoadedRelease:
             self.bm25_searcher.close()
         self.dense_searcher = self.bm25_searcher = None
         self.passages = {}
+        self.freed.set()
         log.info("freed release %s", self.release)
 
 
@@ -330,8 +332,8 @@ class ReleaseHolder:
                 free_now = release.retired and release.refs == 0
                 if free_now:
                     self._retiring.remove(release)
-            if free_now:
-                release.close()
+            if free_now:  # off the request's thread (the event loop's): closing waits for its batchers
+                threading.Thread(target=release.close, name=f"close-{release.release}", daemon=True).start()
 
     def _no_release_message(self) -> str:
         if self.last_error:

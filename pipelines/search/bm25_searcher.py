@@ -20,6 +20,10 @@ from .hits import Hits
 from .limits import within_corpus
 
 
+class SearcherClosedError(RuntimeError):
+    """A search on a searcher already closed (a retired release's, say)."""
+
+
 class Bm25Searcher:
     """A :class:`~pipelines.search.searcher.Searcher` over one BM25 index."""
 
@@ -47,6 +51,8 @@ class Bm25Searcher:
             java_queries.add(query)
             java_qids.add(qid)
         with self._lock:
+            if self._searcher is None:
+                raise SearcherClosedError(f"the BM25 searcher of {self.index.path} is closed")
             results = self._searcher.batch_search(java_queries, java_qids, within_corpus(k, self.documents),
                                                   int(self.threads))  # fmt: skip
             found = {entry.getKey(): [(hit.docid, float(hit.score)) for hit in entry.getValue()]
@@ -57,4 +63,10 @@ class Bm25Searcher:
         return {"k1": self.k1, "b": self.b, "index_snapshot": self.index.snapshot}
 
     def close(self) -> None:
-        self._searcher.close()
+        """Close the Lucene reader once the batch searching now (if any) is done: closing it under a
+        running search would fail that search inside the JVM. Later searches raise
+        `SearcherClosedError`; closing again does nothing."""
+        with self._lock:
+            searcher, self._searcher = self._searcher, None
+        if searcher is not None:
+            searcher.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +23,7 @@ from odqa.pipelines.retrieval.bm25 import (
     pyserini_index_command,
 )
 from odqa.pipelines.retrieval.negatives import select_hard_negatives
-from odqa.pipelines.search.bm25_searcher import Bm25Searcher
+from odqa.pipelines.search.bm25_searcher import Bm25Searcher, SearcherClosedError
 from odqa.pipelines.search.searcher import Searcher, search_run
 
 
@@ -161,3 +163,33 @@ def test_a_short_indexer_run_starts_a_lighter_jvm(tmp_path: Path) -> None:
     assert all(option in code for option in SHORT_RUN_JVM_OPTIONS)
     assert code.index("add_options") < code.index("pyserini.pyclass")
     assert not any(option in large[2] for option in SHORT_RUN_JVM_OPTIONS)
+
+
+def test_close_waits_for_the_running_search_and_later_searches_refuse(index) -> None:
+    """A retired release's searcher is closed while a batch may still be searching: that batch
+    finishes with its hits (closing under it failed it inside the JVM), and a later search gets
+    `SearcherClosedError`, not a Java exception."""
+    searcher = Bm25Searcher(index, threads=1)
+    questions = [f"capital city of Italy {n}" for n in range(4000)]
+    outcomes: list[object] = []
+    started = threading.Event()
+
+    def search_until_closed() -> None:
+        while True:
+            started.set()
+            try:
+                outcomes.append(searcher.search(questions, k=3).ranked()[0][0][0])
+            except Exception as error:  # noqa: BLE001 - the outcome under test
+                outcomes.append(error)
+                return
+
+    thread = threading.Thread(target=search_until_closed)
+    thread.start()
+    started.wait()
+    time.sleep(0.3)
+    searcher.close()
+    thread.join(60)
+    *answers, last = outcomes
+    assert answers and set(answers) == {"p8"}, outcomes[-3:]
+    assert isinstance(last, SearcherClosedError), repr(last)
+    searcher.close()  # again: nothing

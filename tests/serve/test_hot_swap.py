@@ -54,6 +54,7 @@ def test_a_switch_swaps_in_the_new_release_and_frees_the_old_after_its_last_requ
         assert health["version"] == new.release and health["retiring"] == [{"version": first, "in_flight": 1}]
         assert not old.closed, "freed while a request still used it"
         assert _ask(old), "the old release must keep answering its in-flight request"
+    assert old.freed.wait(30), "not freed after its last request"
     assert old.closed and old.dense_searcher is None
     assert holder.health()["retiring"] == []
     assert holder.check_pointer() is False  # nothing new
