@@ -23,8 +23,10 @@ tokenization key as their source, so a lookup reads only its own tokenization's 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -40,6 +42,7 @@ TABLE = "passage_tokens"
 SCHEMA = schema_for(TABLE)
 KEY_BYTES = 16
 _CACHED_PARTS = 4  # parts whose token columns stay in memory between lookups
+_SHARED_LOOKUPS = 2  # workspace and tokenization lookups a process keeps (the last used)
 
 
 def id_width(vocab_size: int) -> int:
@@ -116,80 +119,136 @@ def key_bytes(keys: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(KEY_BYTES), len(keys), [None, pa.py_buffer(keys.view(np.uint8))])
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """Sorted passage keys of some parts, never changed once made: a reader searches the one it
+    took while another thread builds the next."""
+
+    paths: tuple[str, ...]
+    keys: np.ndarray  # (n, 2) uint64, in part order
+    where: np.ndarray  # (part number, row in part) per key
+    order: np.ndarray  # keys sorted on the high 64 bits
+    hi: np.ndarray
+    lo: np.ndarray
+
+    @classmethod
+    def empty(cls) -> _Lookup:
+        none = np.zeros(0, np.uint64)
+        return cls((), np.zeros((0, 2), np.uint64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64), none, none)
+
+    def extended(self, root: Path, new: list[str]) -> _Lookup:
+        keys, where = [self.keys], [self.where]
+        for number, path in enumerate(new, start=len(self.paths)):
+            column = pq.read_table(root / path, columns=["passage_key"]).column("passage_key").combine_chunks()
+            part_keys = np.frombuffer(column.buffers()[1], dtype=np.uint64, count=2 * len(column),
+                                      offset=column.offset * KEY_BYTES).reshape(-1, 2)  # fmt: skip
+            keys.append(part_keys)
+            where.append(np.stack([np.full(len(part_keys), number), np.arange(len(part_keys))], axis=1))
+        all_keys = np.concatenate(keys)
+        order = np.argsort(all_keys[:, 0], kind="stable")
+        return _Lookup((*self.paths, *new), all_keys, np.concatenate(where), order, all_keys[order, 0],
+                       all_keys[order, 1])  # fmt: skip
+
+    def positions(self, keys: np.ndarray) -> np.ndarray:
+        """Index rows of ``keys`` (-1 where not stored). Searched on the high 64 bits and checked
+        on the low ones: two passages whose high halves collide (odds 2^-64) are just tokenized
+        again."""
+        out = np.full(len(keys), -1, np.int64)
+        if not len(self.keys) or not len(keys):
+            return out
+        at = np.minimum(np.searchsorted(self.hi, keys[:, 0]), len(self.hi) - 1)
+        hit = (self.hi[at] == keys[:, 0]) & (self.lo[at] == keys[:, 1])
+        out[hit] = self.order[at[hit]]
+        return out
+
+
+class _SharedLookup:
+    """One tokenization's lookup in one workspace, shared by every store of the process.
+
+    A shard task of a mapped encode builds its own store; without sharing, each read the key
+    column of every part again (16 bytes a passage: 336 MB for 21M passages) and sorted it. Parts
+    never change once committed (new rows are a new part), so the lookup only grows; it starts
+    over when a part it holds is gone from the snapshot and from disk (the table was rebuilt)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.lock = threading.Lock()
+        self.current = _Lookup.empty()
+
+    def refresh(self, paths: list[str]) -> _Lookup:
+        with self.lock:
+            held = set(self.current.paths)
+            vanished = [p for p in held.difference(paths) if not (self.root / p).is_file()]
+            if vanished:
+                self.current, held = _Lookup.empty(), set()
+            new = [p for p in paths if p not in held]
+            if new:
+                self.current = self.current.extended(self.root, new)
+            return self.current
+
+
+_lookups: OrderedDict[tuple[Path, str], _SharedLookup] = OrderedDict()
+_lookups_lock = threading.Lock()
+
+
+def _shared_lookup(root: Path, tokenization_key: str) -> _SharedLookup:
+    """The process's lookup for this workspace and tokenization; the last `_SHARED_LOOKUPS` used
+    are kept (a lookup costs 56 bytes a passage)."""
+    with _lookups_lock:
+        key = (root.resolve(), tokenization_key)
+        lookup = _lookups.get(key)
+        if lookup is None:
+            lookup = _lookups[key] = _SharedLookup(key[0])
+        _lookups.move_to_end(key)
+        while len(_lookups) > _SHARED_LOOKUPS:
+            _lookups.popitem(last=False)
+        return lookup
+
+
 class PassageTokenStore:
     """Lookup and incremental writes of one tokenization's rows in a workspace.
 
-    The lookup index (sorted passage keys, 24 bytes a passage) is built from the parts of this
-    tokenization only and extended as parts appear, whoever committed them.
+    The lookup (sorted passage keys) is built from the parts of this tokenization only, extended
+    as parts appear, whoever committed them, and shared by the stores of one process.
     """
 
     def __init__(self, ws: Workspace, tokenization: Tokenization) -> None:
         self.ws = ws
         self.tokenization = tokenization
         self._dtype = id_dtype(tokenization.id_width)
-        self._paths: list[str] = []
-        self._keys = np.zeros((0, 2), np.uint64)
-        self._where = np.zeros((0, 2), np.int64)  # (part number, row in part) per key
-        self._order = np.zeros(0, np.int64)
-        self._hi = self._lo = np.zeros(0, np.uint64)
-        self._parts: OrderedDict[int, pa.Table] = OrderedDict()
+        self._shared = _shared_lookup(ws.root, tokenization.key)
+        self._parts: OrderedDict[str, pa.Table] = OrderedDict()
 
-    def _refresh(self) -> None:
-        """Index the parts of this tokenization committed since the last look."""
-        entries = [e for e in self.ws.snapshot().files(TABLE) if e.source == self.tokenization.key]
-        new = [e.path for e in entries if e.path not in set(self._paths)]
-        if not new:
-            return
-        keys, where = [self._keys], [self._where]
-        for path in new:
-            column = pq.read_table(self.ws.root / path, columns=["passage_key"]).column("passage_key").combine_chunks()
-            part_keys = np.frombuffer(column.buffers()[1], dtype=np.uint64, count=2 * len(column),
-                                      offset=column.offset * KEY_BYTES).reshape(-1, 2)
-            keys.append(part_keys)
-            where.append(np.stack([np.full(len(part_keys), len(self._paths)), np.arange(len(part_keys))], axis=1))
-            self._paths.append(path)
-        self._keys, self._where = np.concatenate(keys), np.concatenate(where)
-        self._order = np.argsort(self._keys[:, 0], kind="stable")
-        self._hi, self._lo = self._keys[self._order, 0], self._keys[self._order, 1]
+    def _lookup(self) -> _Lookup:
+        """The lookup over at least the parts of this tokenization committed by now."""
+        entries = self.ws.snapshot().files(TABLE)
+        return self._shared.refresh([e.path for e in entries if e.source == self.tokenization.key])
 
     def __len__(self) -> int:
         """Passages stored for this tokenization (a passage stored twice counts twice)."""
-        self._refresh()
-        return len(self._keys)
+        return len(self._lookup().keys)
 
-    def _positions(self, keys: np.ndarray) -> np.ndarray:
-        """Index rows of ``keys`` (-1 where not stored). Searched on the high 64 bits and checked
-        on the low ones: two passages whose high halves collide (odds 2^-64) are just tokenized
-        again."""
-        out = np.full(len(keys), -1, np.int64)
-        if not len(self._keys) or not len(keys):
-            return out
-        at = np.minimum(np.searchsorted(self._hi, keys[:, 0]), len(self._hi) - 1)
-        hit = (self._hi[at] == keys[:, 0]) & (self._lo[at] == keys[:, 1])
-        out[hit] = self._order[at[hit]]
-        return out
-
-    def _part(self, number: int) -> pa.Table:
-        if number in self._parts:
-            self._parts.move_to_end(number)
-            return self._parts[number]
-        table = pq.read_table(self.ws.root / self._paths[number], columns=["length", "input_ids", "type_ids"])
-        self._parts[number] = table
+    def _part(self, path: str) -> pa.Table:
+        if path in self._parts:
+            self._parts.move_to_end(path)
+            return self._parts[path]
+        table = pq.read_table(self.ws.root / path, columns=["length", "input_ids", "type_ids"])
+        self._parts[path] = table
         if len(self._parts) > _CACHED_PARTS:
             self._parts.popitem(last=False)
         return table
 
     def find(self, keys: np.ndarray) -> tuple[np.ndarray, TokenRows]:
         """(stored?, the stored rows of the keys found, in the keys' order)."""
-        self._refresh()
+        lookup = self._lookup()
         keys = np.asarray(keys, dtype=np.uint64).reshape(-1, 2)
-        at = self._positions(keys)
+        at = lookup.positions(keys)
         found = at >= 0
-        where = self._where[at[found]]
+        where = lookup.where[at[found]]
         chunks, order = [], []
         for number in np.unique(where[:, 0]):
             rows = np.flatnonzero(where[:, 0] == number)
-            chunks.append(self._part(int(number)).take(pa.array(where[rows, 1])))
+            chunks.append(self._part(lookup.paths[int(number)]).take(pa.array(where[rows, 1])))
             order.append(rows)
         if not chunks:
             return found, TokenRows.concat([])
