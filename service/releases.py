@@ -225,6 +225,7 @@ class ReleaseHolder:
         self.encoders = EncoderCache()
         self._current: LoadedRelease | None = None
         self._retiring: list[LoadedRelease] = []
+        self._closing: list[threading.Thread] = []  # retired releases being freed (see `lease`)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -249,9 +250,11 @@ class ReleaseHolder:
             self._watcher.join(timeout=10)
         with self._lock:
             everything = [r for r in [self._current, *self._retiring] if r is not None]
-            self._current, self._retiring = None, []
+            self._current, self._retiring, closing = None, [], self._closing
         for release in everything:
             release.close()
+        for thread in closing:
+            thread.join(timeout=10)
         if self.registration is not None:
             self.registration.unregister()
 
@@ -333,7 +336,10 @@ class ReleaseHolder:
                 if free_now:
                     self._retiring.remove(release)
             if free_now:  # off the request's thread (the event loop's): closing waits for its batchers
-                threading.Thread(target=release.close, name=f"close-{release.release}", daemon=True).start()
+                closing = threading.Thread(target=release.close, name=f"close-{release.release}", daemon=True)
+                closing.start()
+                with self._lock:
+                    self._closing = [t for t in self._closing if t.is_alive()] + [closing]
 
     def _no_release_message(self) -> str:
         if self.last_error:
