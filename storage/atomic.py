@@ -53,6 +53,12 @@ class DiskFullError(OSError):
         return str(self.strerror)
 
 
+class KeptFreeError(DiskFullError):
+    """A write refused to keep space free (`ensure_room`): the disk is not full yet, and the
+    message already says what was wanted and why it stopped, so no outer `naming_full_disk`
+    renames it."""
+
+
 _FULL_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
 
 
@@ -83,11 +89,27 @@ def naming_full_disk(path: Path | str) -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        if error.errno not in _FULL_ERRNOS:
+        if error.errno not in _FULL_ERRNOS or isinstance(error, KeptFreeError):
             raise
         path = Path(path)
         raise DiskFullError(error.errno, f"{path}: {_FULL_ERRNOS[error.errno]} while writing it ({_free_space(path)} "
                                          "on its file system); free some space or write elsewhere") from error  # fmt: skip
+
+
+def ensure_room(path: Path | str, more: int, keep_free: int, what: str) -> None:
+    """Refuse, as a `KeptFreeError` naming `path`, to write `more` bytes to it when that would
+    leave less than `keep_free` on its file system: a long write (a download of gigabytes, or one
+    of no known size) stops with a clear message while the disk still has room, instead of filling
+    it and failing every other writer. `what` says why the bytes are wanted."""
+    path = Path(path)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if more + keep_free > free:
+        raise KeptFreeError(errno.ENOSPC, f"{path}: {what}, but its file system has {_free_space(path)} and "
+                                            f"{_size(keep_free)} is kept free; free some space or write "
+                                            "elsewhere")  # fmt: skip
 
 
 def _temporary_sibling(path: Path, kind: str = "tmp") -> Path:

@@ -12,7 +12,9 @@
   file) is tried. Other HTTP errors (404, 403 ...) go to the next URL at once.
 - **Bounds.** The body is read in blocks of `block` bytes; a server that sends more than the
   size it announced (or the registry's size) is refused, and so is an announced size that is
-  not the registry's.
+  not the registry's. The disk keeps `keep_free` bytes free: a download whose size is known is
+  refused before its first byte when the rest would not fit, and one of no known size stops
+  when it reaches that margin (`KeptFreeError`, the bytes so far kept), rather than fill the disk.
 - Redirects are followed (`requests`, at most 30).
 """
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import requests
 from tqdm import tqdm
 
+from ...storage.atomic import ensure_room, naming_full_disk
 from ...storage.downloads import (
     DownloadSlot,
     discard_part,
@@ -55,6 +58,7 @@ class TransferPolicy:
     max_backoff_s: float = 60.0
     timeout_s: float = 60.0  # connect and per-read timeout
     block: int = 1 << 20
+    keep_free: int = 1 << 30  # bytes a download leaves free on the downloads' file system
 
 
 def _total_of(response: requests.Response, offset: int) -> int | None:
@@ -101,11 +105,17 @@ def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: 
     # urllib3 holds in its buffer); `offset < limit` below says it was cut, and the bytes are kept.
     response.raw.enforce_content_length = False
     bar.update(offset)
-    with open_part(slot, append=offset > 0) as out:
+    if limit is not None:
+        ensure_room(slot.part, limit - offset, policy.keep_free, f"{limit - offset:,} more bytes to fetch")
+    with naming_full_disk(slot.part), open_part(slot, append=offset > 0) as out:
         for chunk in response.iter_content(policy.block):
             offset += len(chunk)
             if limit is not None and offset > limit:
                 raise TransferError(f"{url}: sent more than the {limit:,} bytes of the file")
+            if limit is None:
+                ensure_room(slot.part, len(chunk), policy.keep_free,
+                            f"{url} gives no size (nor does the registry) and has sent {offset:,} bytes; stopped "
+                            "there (the bytes are kept: fetch again to resume)")  # fmt: skip
             out.write(chunk)
             bar.update(len(chunk))
     if limit is not None and offset < limit:

@@ -6,7 +6,9 @@ way real servers and networks do, per path:
   connection closes with the body short of its Content-Length), once;
 - `corrupt[path] = i`: byte i of the file is served flipped, on every transfer;
 - `fail_once[path] = status`: the next request for `path` gets that status (503) with no body, once;
-- `redirects[path] = other`: `path` answers 302 to `other`.
+- `redirects[path] = other`: `path` answers 302 to `other`;
+- `endless`: paths answered 200 with a chunked body of no announced size that never ends (until
+  the client hangs up or the server stops), as a hostile or broken server sends.
 
 Each request is recorded (`requests`: path and headers), so a test can assert what the client
 asked for. The server serves `folder/<url path>`: a mirror's layout (`/HOST/PATH`) is a folder
@@ -33,6 +35,7 @@ class LoopbackServer:
     corrupt: dict[str, int] = field(default_factory=dict)
     fail_once: dict[str, int] = field(default_factory=dict)
     redirects: dict[str, str] = field(default_factory=dict)
+    endless: set[str] = field(default_factory=set)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __enter__(self) -> LoopbackServer:
@@ -47,6 +50,7 @@ class LoopbackServer:
             def do_GET(self) -> None:
                 server._answer(self)
 
+        self._stopping = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
@@ -54,6 +58,7 @@ class LoopbackServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
@@ -75,6 +80,9 @@ class LoopbackServer:
         self.requests.append({"path": path, "headers": dict(handler.headers.items())})
         if key in self.fail_once:
             self._empty(handler, self.fail_once.pop(key))
+            return
+        if key in self.endless:
+            self._endless(handler)
             return
         if key in self.redirects:
             handler.send_response(302)
@@ -111,6 +119,18 @@ class LoopbackServer:
             handler.close_connection = True
             return
         handler.wfile.write(body)
+
+    def _endless(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        chunk = b"%x\r\n%s\r\n" % (1 << 16, b"x" * (1 << 16))
+        handler.close_connection = True
+        try:
+            while not self._stopping.is_set():
+                handler.wfile.write(chunk)
+        except OSError:  # the client hung up
+            pass
 
     @staticmethod
     def _empty(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str] | None = None) -> None:

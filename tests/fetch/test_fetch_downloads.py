@@ -5,7 +5,9 @@ first download recorded and checked on every later use."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ from odqa.flows.compositions.fetch import fetch_resource
 from odqa.pipelines.downloads.checksums import ChecksumMismatch
 from odqa.pipelines.downloads.registry import Resource, parse_entry
 from odqa.pipelines.downloads.transfer import TransferError, TransferPolicy
-from odqa.storage.downloads import download_slot, seen_sha256
+from odqa.storage.atomic import DiskFullError
+from odqa.storage.downloads import download_slot, part_size, seen_sha256
 
 from .loopback_http import LoopbackServer
 
@@ -126,3 +129,26 @@ def test_an_archive_is_unpacked_for_its_import_and_a_member_leaving_it_is_refuse
         fetch_resource(tmp_path / "ws", evil, policy=FAST, progress=False)
     assert not (tmp_path / "ws" / "downloads" / "127.0.0.1" / "outside.txt").exists()
     assert not download_slot(tmp_path / "ws", evil.url).unpacked.exists()
+
+
+def test_a_download_that_would_not_fit_is_refused_before_its_first_byte(served, tmp_path):
+    resource = _resource(served.url_of("files/psgs.tsv"), size=len(PAYLOAD))
+    free = shutil.disk_usage(tmp_path).free
+    tight = dataclasses.replace(FAST, keep_free=free - len(PAYLOAD) // 2)  # room for half the file
+    with pytest.raises(DiskFullError, match=f"{len(PAYLOAD):,} more bytes to fetch.*kept free"):
+        fetch_resource(tmp_path / "ws", resource, policy=tight, progress=False)
+    slot = download_slot(tmp_path / "ws", resource.url)
+    assert part_size(slot) == 0 and not slot.final.exists()
+    assert len(served.requests_for("files/psgs.tsv")) == 1, "a full disk is not retried"
+
+
+def test_a_download_of_no_known_size_stops_at_the_disks_margin(served, tmp_path):
+    """A server sending a body of no announced size that never ends (and a registry entry with
+    no size): the download stops with a clear error while the disk still has room."""
+    served.endless.add("files/endless.bin")
+    resource = _resource(served.url_of("files/endless.bin"))
+    tight = dataclasses.replace(FAST, keep_free=shutil.disk_usage(tmp_path).free - (4 << 20))
+    with pytest.raises(DiskFullError, match="gives no size .* has sent [0-9,]+ bytes; stopped there"):
+        fetch_resource(tmp_path / "ws", resource, policy=tight, progress=False)
+    slot = download_slot(tmp_path / "ws", resource.url)
+    assert part_size(slot) <= 4 << 20 and not slot.final.exists()
