@@ -19,6 +19,7 @@ not change the place: the file is the publisher's file, fetched through another 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from .atomic import atomic_write_json, naming_full_disk
@@ -104,10 +105,32 @@ def discard_part(slot: DownloadSlot) -> None:
     slot.state.unlink(missing_ok=True)
 
 
-def open_part(slot: DownloadSlot, append: bool):
-    """The partial file, opened to append the next bytes (or truncated to start again)."""
+class LinkedDownloadError(RuntimeError):
+    """A symbolic link where a download's file goes: odqa writes and publishes only files it made."""
+
+
+def refuse_links(slot: DownloadSlot) -> None:
+    """Refuse a download whose partial or published file is a symbolic link: bytes appended to a
+    link land in whatever it names, and a linked "published" file was never fetched or checked
+    here. Checked before any request; `open_part` refuses one made meanwhile."""
+    for path in (slot.part, slot.final, slot.state):
+        if path.is_symlink():
+            raise LinkedDownloadError(f"{path}: a symbolic link (to {os.readlink(path)}) where odqa keeps a download; "
+                                      "it writes and publishes only files it made: remove the link and fetch again")  # fmt: skip
+
+
+def open_part(slot: DownloadSlot, append: bool) -> BinaryIO:
+    """The partial file, opened to append the next bytes (or truncated to start again); never
+    through a symbolic link (`refuse_links`)."""
     slot.part.parent.mkdir(parents=True, exist_ok=True)
-    return open(slot.part, "ab" if append else "wb")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        descriptor = os.open(slot.part, flags, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            refuse_links(slot)
+        raise
+    return os.fdopen(descriptor, "ab" if append else "wb")
 
 
 def part_size(slot: DownloadSlot) -> int:

@@ -29,6 +29,7 @@ from ...storage.downloads import (
     download_slot,
     publish,
     record_sha256,
+    refuse_links,
     seen_sha256,
 )
 from ..plumbing.console import tell
@@ -56,6 +57,7 @@ def fetch_resource(root: Path, resource: Resource, mirror: str = "", policy: Tra
     """Download (or re-check) one resource under the file's lock; nothing unverified is published."""
     slot = download_slot(root, resource.url)
     with download_lock(root, slot):
+        refuse_links(slot)
         downloaded = not slot.final.exists()
         if downloaded:
             transfer([mirrored(url, mirror) for url in resource.urls], slot, resource.size, policy, progress)

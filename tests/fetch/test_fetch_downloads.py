@@ -17,7 +17,7 @@ from odqa.pipelines.downloads.checksums import ChecksumMismatch
 from odqa.pipelines.downloads.registry import Resource, parse_entry
 from odqa.pipelines.downloads.transfer import TransferError, TransferPolicy
 from odqa.storage.atomic import DiskFullError
-from odqa.storage.downloads import download_slot, part_size, seen_sha256
+from odqa.storage.downloads import LinkedDownloadError, download_slot, open_part, part_size, seen_sha256
 
 from .loopback_http import LoopbackServer
 
@@ -152,3 +152,30 @@ def test_a_download_of_no_known_size_stops_at_the_disks_margin(served, tmp_path)
         fetch_resource(tmp_path / "ws", resource, policy=tight, progress=False)
     slot = download_slot(tmp_path / "ws", resource.url)
     assert part_size(slot) <= 4 << 20 and not slot.final.exists()
+
+
+@pytest.mark.parametrize("planted", ["part", "final"])
+def test_a_link_where_a_download_goes_is_refused_and_what_it_names_is_untouched(served, tmp_path, planted):
+    """Bytes appended to a linked partial file would land in whatever it names; a linked
+    "published" file was never fetched or checked here."""
+    resource = _resource(served.url_of("files/psgs.tsv"))
+    slot = download_slot(tmp_path / "ws", resource.url)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    getattr(slot, planted).parent.mkdir(parents=True, exist_ok=True)
+    getattr(slot, planted).symlink_to(victim)
+    with pytest.raises(LinkedDownloadError, match="a symbolic link .* remove the link"):
+        fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=False)
+    assert victim.read_text() == "keep me\n" and served.requests_for("files/psgs.tsv") == []
+
+
+def test_a_link_made_after_the_check_is_not_written_through(tmp_path):
+    slot = download_slot(tmp_path / "ws", "https://example.org/files/psgs.tsv")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    slot.part.parent.mkdir(parents=True)
+    slot.part.symlink_to(victim)
+    for append in (True, False):
+        with pytest.raises(LinkedDownloadError):
+            open_part(slot, append=append)
+    assert victim.read_text() == "keep me\n"
