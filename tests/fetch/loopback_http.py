@@ -7,6 +7,7 @@ way real servers and networks do, per path:
 - `corrupt[path] = i`: byte i of the file is served flipped, on every transfer;
 - `fail_once[path] = status`: the next request for `path` gets that status (503) with no body, once;
 - `redirects[path] = other`: `path` answers 302 to `other`;
+- `delay_s[path] = s`: every transfer of `path` waits s seconds before its body (a slow link);
 - `endless`: paths answered 200 with a chunked body of no announced size that never ends (until
   the client hangs up or the server stops), as a hostile or broken server sends.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,6 +38,7 @@ class LoopbackServer:
     fail_once: dict[str, int] = field(default_factory=dict)
     redirects: dict[str, str] = field(default_factory=dict)
     endless: set[str] = field(default_factory=set)
+    delay_s: dict[str, float] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def __enter__(self) -> LoopbackServer:
@@ -112,6 +115,7 @@ class LoopbackServer:
         if status == 206:
             handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         handler.end_headers()
+        time.sleep(self.delay_s.get(key, 0.0))
         cut = self.cut_after.pop(key, None)
         if cut is not None and start < cut:
             handler.wfile.write(body[: cut - start])

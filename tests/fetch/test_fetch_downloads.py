@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,32 @@ def test_a_link_made_after_the_check_is_not_written_through(tmp_path):
         with pytest.raises(LinkedDownloadError):
             open_part(slot, append=append)
     assert victim.read_text() == "keep me\n"
+
+
+FETCH_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from odqa.flows.compositions.fetch import fetch_resource
+from odqa.pipelines.downloads.registry import parse_entry
+from odqa.pipelines.downloads.transfer import TransferPolicy
+resource = parse_entry("test.file", {"url": sys.argv[2], "size": int(sys.argv[3])}, "test-registry.yaml")
+fetched = fetch_resource(Path(sys.argv[1]), resource, policy=TransferPolicy(retries=0), progress=False)
+print("downloaded" if fetched.downloaded else "found", fetched.verified.sha256)
+"""
+
+
+def test_two_processes_fetching_one_file_download_it_once(served, tmp_path):
+    """The second waits on the file's lock while the first downloads (a slow link), then finds the
+    file published and checks it: one transfer, two verified answers with the same sha256."""
+    served.delay_s["files/psgs.tsv"] = 2.0
+    command = [sys.executable, "-c", FETCH_IN_A_PROCESS, str(tmp_path / "ws"), served.url_of("files/psgs.tsv"),
+               str(len(PAYLOAD))]  # fmt: skip
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]  # fmt: skip
+    outputs = [process.communicate(timeout=120) for process in processes]
+    assert [p.returncode for p in processes] == [0, 0], [err for _, err in outputs]
+    answers = sorted(out.split()[0] for out, _ in outputs)
+    assert answers == ["downloaded", "found"]
+    assert {out.split()[1] for out, _ in outputs} == {hashlib.sha256(PAYLOAD).hexdigest()}
+    assert len(served.requests_for("files/psgs.tsv")) == 1
+    assert download_slot(tmp_path / "ws", served.url_of("files/psgs.tsv")).final.read_bytes() == PAYLOAD
