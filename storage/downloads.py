@@ -36,6 +36,7 @@ from .locks import writer_lock
 DOWNLOADS_DIR = "downloads"
 SEEN_SHA256_FILE = "seen-sha256.json"
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~=-]*")
+KEEP_FREE = 1 << 30  # bytes a download or an unpack leaves free on its file system (`atomic.ensure_room`)
 _LOCK_WAIT_S = 7 * 24 * 3600.0  # a second fetcher of the same file waits for the first, however long it takes
 
 

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from ...storage.atomic import ensure_room, naming_full_disk
 from ...storage.downloads import (
+    KEEP_FREE,
     DownloadSlot,
     discard_part,
     open_part,
@@ -58,7 +59,7 @@ class TransferPolicy:
     max_backoff_s: float = 60.0
     timeout_s: float = 60.0  # connect and per-read timeout
     block: int = 1 << 20
-    keep_free: int = 1 << 30  # bytes a download leaves free on the downloads' file system
+    keep_free: int = KEEP_FREE  # bytes a download leaves free on the downloads' file system
 
 
 def _total_of(response: requests.Response, offset: int) -> int | None:

@@ -18,6 +18,7 @@ from odqa.flows.compositions.fetch import fetch_resource
 from odqa.pipelines.downloads.checksums import ChecksumMismatch
 from odqa.pipelines.downloads.registry import Resource, parse_entry
 from odqa.pipelines.downloads.transfer import TransferError, TransferPolicy
+from odqa.pipelines.downloads.unpack import gunzip, unzip
 from odqa.storage.atomic import DiskFullError
 from odqa.storage.downloads import LinkedDownloadError, download_slot, open_part, part_size, seen_sha256
 
@@ -210,3 +211,26 @@ def test_two_processes_fetching_one_file_download_it_once(served, tmp_path):
     assert {out.split()[1] for out, _ in outputs} == {hashlib.sha256(PAYLOAD).hexdigest()}
     assert len(served.requests_for("files/psgs.tsv")) == 1
     assert download_slot(tmp_path / "ws", served.url_of("files/psgs.tsv")).final.read_bytes() == PAYLOAD
+
+
+def test_unpacking_stops_at_the_disks_margin(tmp_path):
+    """An archive whose declared sizes would not fit is refused before its first member; a .gz
+    (its size known only once decompressed) stops at the margin."""
+    import gzip
+    import zipfile
+
+    archive_path, gz_path = tmp_path / "big.zip", tmp_path / "big.tsv.gz"
+    with zipfile.ZipFile(archive_path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("big/a.tsv", b"\0" * (8 << 20))
+    gz_path.write_bytes(gzip.compress(b"\0" * (8 << 20)))
+    tight = shutil.disk_usage(tmp_path).free - (4 << 20)  # room for about half of either
+    (tmp_path / "zip").mkdir()
+    with pytest.raises(DiskFullError, match=f"big.zip unpacks to {8 << 20:,} bytes.*kept free"):
+        unzip(archive_path, tmp_path / "zip", keep_free=tight)
+    assert list((tmp_path / "zip").iterdir()) == []
+    (tmp_path / "gz").mkdir()
+    with pytest.raises(DiskFullError, match="decompressing big.tsv.gz has written"):
+        gunzip(gz_path, tmp_path / "gz", keep_free=tight)
+    assert (tmp_path / "gz" / "big.tsv").stat().st_size <= 4 << 20
+    assert unzip(archive_path, tmp_path / "zip") == tmp_path / "zip"  # with the default margin: whole
+    assert (tmp_path / "zip" / "big" / "a.tsv").stat().st_size == 8 << 20
