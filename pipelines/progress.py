@@ -83,6 +83,14 @@ def format_count(value: float) -> str:
     return f"{value:,.1f}"
 
 
+def format_bytes(value: float) -> str:
+    """Bytes in binary units (``1.5 GiB``): a download's 4,694,541,059 is 4.4 GiB."""
+    amount, unit = float(value), 0
+    while abs(amount) >= 1024 and unit < 4:
+        amount, unit = amount / 1024, unit + 1
+    return f"{int(amount):,} B" if unit == 0 else f"{amount:,.1f} {('KiB', 'MiB', 'GiB', 'TiB')[unit - 1]}"
+
+
 def format_field(value: Any) -> str:
     """Loss-like floats in 4 significant digits, tiny ones (learning rates) in e-notation."""
     if isinstance(value, float):
@@ -160,6 +168,15 @@ class Progress:
             if now - self.last_logged >= self.interval:
                 self._log(now)
 
+    def restart(self, total: int | None, done: int) -> None:
+        """Count again from ``done`` of ``total`` (a download that starts over, or resumes at
+        another byte): the rate and ETA then cover the work from here on."""
+        self.total, self.n, self.initial = total, done, done
+        self.started = time.monotonic()
+        if self._bar is not None:
+            self._bar.reset(total=total)
+            self._bar.update(done)
+
     def close(self, failed: bool = False) -> None:
         """End the loop: the bar closes, off a terminal one final record (``done`` or ``stopped``)."""
         if self.closed:
@@ -186,13 +203,19 @@ class Progress:
         """The one-line record: ``desc: done/total unit (pct) | rate | elapsed | ETA | fields``."""
         now = now or time.monotonic()
         parts = []
-        if self.total:
+        in_bytes = self.unit == "B"  # a download's or a checksum's: 4.4 GiB, not 4,694,541,059 B
+        if self.total and in_bytes:
+            parts.append(f"{self.desc}: {format_bytes(self.n)}/{format_bytes(self.total)} "
+                         f"({100.0 * self.n / self.total:.1f}%)")  # fmt: skip
+        elif self.total:
             pct = 100.0 * self.n / self.total
             parts.append(f"{self.desc}: {format_count(self.n)}/{format_count(self.total)} {self.unit} ({pct:.1f}%)")
         else:
-            parts.append(f"{self.desc}: {format_count(self.n)} {self.unit}")
+            parts.append(f"{self.desc}: {format_bytes(self.n) if in_bytes else f'{format_count(self.n)} {self.unit}'}")
         rate = self.rate(now)
-        if math.isfinite(rate):
+        if math.isfinite(rate) and in_bytes:
+            parts.append(f"{format_bytes(rate)}/s")
+        elif math.isfinite(rate):
             parts.append(f"{rate:,.3g} {self.unit}/s" if rate < 100 else f"{rate:,.0f} {self.unit}/s")
         parts.append(f"elapsed {format_duration(now - self.started)}")
         if final is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from tqdm import tqdm
+from ..progress import Progress
 
 _BLOCK = 1 << 20
 
@@ -19,8 +19,9 @@ def digests(path: Path, algorithm: str = "sha256", progress: bool = False) -> tu
     """(sha256, `algorithm`'s digest) of the file, read once in 1 MiB blocks."""
     sha256 = hashlib.sha256()
     other = hashlib.new(algorithm) if algorithm != "sha256" else sha256
-    with open(path, "rb") as handle, tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
-                                          desc=f"verify {path.name}", disable=not progress, leave=False) as bar:  # fmt: skip
+    name = path.name.removesuffix(".part")  # a download is checked before it gets its name
+    with open(path, "rb") as handle, Progress(path.stat().st_size, f"verify {name}", "B", enabled=progress,
+                                              leave=False) as bar:  # fmt: skip
         while block := handle.read(_BLOCK):
             sha256.update(block)
             if other is not sha256:

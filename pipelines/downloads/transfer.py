@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import requests
-from tqdm import tqdm
 
 from ...storage.atomic import ensure_room, naming_full_disk
 from ...storage.downloads import (
@@ -38,6 +37,7 @@ from ...storage.downloads import (
     read_part_state,
     write_part_state,
 )
+from ..progress import Progress
 
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -87,7 +87,7 @@ def _headers(offset: int, state: dict) -> dict[str, str]:
 
 
 def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: int, expected: int | None,
-             policy: TransferPolicy, bar: tqdm) -> int:  # fmt: skip
+             policy: TransferPolicy, bar: Progress) -> int:  # fmt: skip
     """Write the response's body after `offset` bytes; return the file's whole size once complete."""
     if response.status_code == 206 and _range_start(response) != offset:
         discard_part(slot)  # a range we did not ask for: start again rather than splice
@@ -101,11 +101,10 @@ def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: 
     limit = total if total is not None else expected
     write_part_state(slot, {"url": url, "etag": response.headers.get("ETag", ""),
                             "last_modified": response.headers.get("Last-Modified", ""), "total": limit})  # fmt: skip
-    bar.reset(total=limit)
+    bar.restart(limit, offset)
     # A body cut short then ends where it stops instead of raising (which would lose the bytes
     # urllib3 holds in its buffer); `offset < limit` below says it was cut, and the bytes are kept.
     response.raw.enforce_content_length = False
-    bar.update(offset)
     if limit is not None:
         ensure_room(slot.part, limit - offset, policy.keep_free, f"{limit - offset:,} more bytes to fetch")
     with naming_full_disk(slot.part), open_part(slot, append=offset > 0) as out:
@@ -125,7 +124,7 @@ def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: 
 
 
 def _try_once(session: requests.Session, url: str, slot: DownloadSlot, expected: int | None,
-              policy: TransferPolicy, bar: tqdm) -> int:  # fmt: skip
+              policy: TransferPolicy, bar: Progress) -> int:  # fmt: skip
     state = read_part_state(slot)
     offset = part_size(slot) if state else 0
     if offset and expected is not None and offset > expected:
@@ -156,8 +155,8 @@ def transfer(urls: Sequence[str], slot: DownloadSlot, expected_size: int | None 
 
     The partial file is left in place on failure, so the next call resumes it."""
     failures: list[str] = []
-    with requests.Session() as session, tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=slot.final.name,
-                                             disable=not progress, leave=False) as bar:  # fmt: skip
+    with requests.Session() as session, Progress(None, f"fetch {slot.final.name}", "B", enabled=progress,
+                                                 leave=False) as bar:  # fmt: skip
         for url in urls:
             for attempt in range(policy.retries + 1):
                 try:

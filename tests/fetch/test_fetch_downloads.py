@@ -234,3 +234,17 @@ def test_unpacking_stops_at_the_disks_margin(tmp_path):
     assert (tmp_path / "gz" / "big.tsv").stat().st_size <= 4 << 20
     assert unzip(archive_path, tmp_path / "zip") == tmp_path / "zip"  # with the default margin: whole
     assert (tmp_path / "zip" / "big" / "a.tsv").stat().st_size == 8 << 20
+
+
+def test_off_a_terminal_a_download_and_its_check_log_their_progress(served, tmp_path, monkeypatch, caplog):
+    """`odqa fetch > log 2>&1` and a Prefect run's log tab get `odqa.progress` records (a tqdm bar
+    would only write carriage returns there)."""
+    monkeypatch.setenv("ODQA_PROGRESS", "log")
+    monkeypatch.setenv("ODQA_PROGRESS_INTERVAL", "0")
+    resource = _resource(served.url_of("files/psgs.tsv"), size=len(PAYLOAD))
+    with caplog.at_level("INFO", logger="odqa.progress"):
+        fetch_resource(tmp_path / "ws", resource, policy=FAST, progress=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "odqa.progress"]
+    size = f"{len(PAYLOAD) / 1024:.1f} KiB"
+    assert any(line.startswith(f"fetch psgs.tsv: {size}/{size} (100.0%)") and line.endswith("done") for line in lines)
+    assert any(line.startswith(f"verify psgs.tsv: {size}/{size} (100.0%)") for line in lines), lines

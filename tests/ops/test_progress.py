@@ -163,3 +163,18 @@ def test_without_any_logging_setup_records_go_to_stderr(clock, capsys):
     with progress(2, "bare", "it", mode="log", interval=30, logger=bare) as bar:
         bar.update(2)
     assert "bare: 2/2 it (100.0%)" in capsys.readouterr().err
+
+
+def test_bytes_in_binary_units_and_a_restart_counts_from_its_byte(clock, records):
+    """A download's record: sizes and rate in KiB/MiB/GiB; a download that resumes (or starts
+    over) at another byte counts its rate and ETA from there."""
+    bar = Progress(None, "fetch psgs_w100.tsv.gz", "B", mode="log", interval=30, logger=records.logger)
+    bar.restart(4_694_541_059, 1 << 30)  # resumed after 1 GiB
+    clock.now += 30
+    bar.update(300 << 20)  # 10 MiB/s
+    assert records == ["fetch psgs_w100.tsv.gz: 1.3 GiB/4.4 GiB (29.6%) | 10.0 MiB/s | elapsed 0:30 | ETA 5:15"]
+    bar.restart(None, 0)  # the server ignored the range: from byte 0, size unknown
+    clock.now += 2
+    bar.update(1000)
+    bar.close()
+    assert records[-1] == "fetch psgs_w100.tsv.gz: 1,000 B | 500 B/s | elapsed 0:02 | done"
