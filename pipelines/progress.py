@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from ..storage.sizes import format_bytes
+
 LOGGER_NAME = "odqa.progress"
 DEFAULT_INTERVAL_S = 30.0
 MODES = ("bar", "log", "off")
@@ -81,14 +83,6 @@ def format_count(value: float) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.1f}"
-
-
-def format_bytes(value: float) -> str:
-    """Bytes in binary units (``1.5 GiB``): a download's 4,694,541,059 is 4.4 GiB."""
-    amount, unit = float(value), 0
-    while abs(amount) >= 1024 and unit < 4:
-        amount, unit = amount / 1024, unit + 1
-    return f"{int(amount):,} B" if unit == 0 else f"{amount:,.1f} {('KiB', 'MiB', 'GiB', 'TiB')[unit - 1]}"
 
 
 def format_field(value: Any) -> str:
@@ -203,17 +197,12 @@ class Progress:
         """The one-line record: ``desc: done/total unit (pct) | rate | elapsed | ETA | fields``."""
         now = now or time.monotonic()
         parts = []
-        in_bytes = self.unit == "B"  # a download's or a checksum's: 4.4 GiB, not 4,694,541,059 B
-        if self.total and in_bytes:
-            parts.append(f"{self.desc}: {format_bytes(self.n)}/{format_bytes(self.total)} "
-                         f"({100.0 * self.n / self.total:.1f}%)")  # fmt: skip
-        elif self.total:
-            pct = 100.0 * self.n / self.total
-            parts.append(f"{self.desc}: {format_count(self.n)}/{format_count(self.total)} {self.unit} ({pct:.1f}%)")
+        if self.total:
+            parts.append(f"{self.desc}: {self._amount(self.n, self.total)} ({100.0 * self.n / self.total:.1f}%)")
         else:
-            parts.append(f"{self.desc}: {format_bytes(self.n) if in_bytes else f'{format_count(self.n)} {self.unit}'}")
+            parts.append(f"{self.desc}: {self._amount(self.n)}")
         rate = self.rate(now)
-        if math.isfinite(rate) and in_bytes:
+        if math.isfinite(rate) and self.unit == "B":
             parts.append(f"{format_bytes(rate)}/s")
         elif math.isfinite(rate):
             parts.append(f"{rate:,.3g} {self.unit}/s" if rate < 100 else f"{rate:,.0f} {self.unit}/s")
@@ -225,6 +214,12 @@ class Progress:
         if self.fields:
             parts.append(" ".join(f"{k}={format_field(v)}" for k, v in self.fields.items()))
         return " | ".join(parts)
+
+    def _amount(self, done: float, total: float | None = None) -> str:
+        """``130/400 step``; bytes in binary units (``1.3 GiB/4.4 GiB``, not 1,395,864,371 B)."""
+        if self.unit == "B":
+            return "/".join(format_bytes(v) for v in (done, total) if v is not None)
+        return "/".join(format_count(v) for v in (done, total) if v is not None) + f" {self.unit}"
 
     def _log(self, now: float, final: str | None = None) -> None:
         self.last_logged = now

@@ -28,6 +28,8 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .sizes import format_bytes
+
 
 def slug(text: str, empty: str = "item") -> str:
     """A file-name-safe form of a name (model ids, run names, stage names): one meaning everywhere."""
@@ -62,23 +64,21 @@ class KeptFreeError(DiskFullError):
 _FULL_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
 
 
-def _size(n: int) -> str:
-    value, unit = float(n), 0
-    while value >= 1024 and unit < 3:
-        value, unit = value / 1024, unit + 1
-    return f"{n:,} bytes" if unit == 0 else f"{value:,.1f} {('KiB', 'MiB', 'GiB')[unit - 1]}"
+def _nearest_folder(path: Path) -> Path:
+    """The folder holding `path`, or its nearest ancestor that exists (a folder not made yet)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
 
 
 def _free_space(path: Path) -> str:
-    """`N free of M` on the file system holding `path` (its nearest existing folder)."""
-    folder = path
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    """`N free of M` on the file system holding `path`."""
     try:
-        usage = shutil.disk_usage(folder)
+        usage = shutil.disk_usage(_nearest_folder(path))
     except OSError:
         return "free space unknown"
-    return f"{_size(usage.free)} free of {_size(usage.total)}"
+    return f"{format_bytes(usage.free)} free of {format_bytes(usage.total)}"
 
 
 @contextlib.contextmanager
@@ -102,13 +102,9 @@ def ensure_room(path: Path | str, more: int, keep_free: int, what: str) -> None:
     of no known size) stops with a clear message while the disk still has room, instead of filling
     it and failing every other writer. `what` says why the bytes are wanted."""
     path = Path(path)
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
-    if more + keep_free > free:
+    if more + keep_free > shutil.disk_usage(_nearest_folder(path)).free:
         raise KeptFreeError(errno.ENOSPC, f"{path}: {what}, but its file system has {_free_space(path)} and "
-                                            f"{_size(keep_free)} is kept free; free some space or write "
+                                            f"{format_bytes(keep_free)} is kept free; free some space or write "
                                             "elsewhere")  # fmt: skip
 
 
