@@ -73,3 +73,16 @@ def test_side_by_side_gives_the_difference_in_the_papers_units() -> None:
     assert table[("TASER", "R@20")] | {} == {**table[("TASER", "R@20")], "paper": "83.7", "run": "80.0",
                                              "difference": "-3.7"}  # fmt: skip
     assert table[("DPR", "R@20")]["run"] == "-"
+
+
+def test_reproduce_list_names_every_setup_with_its_hardware_and_projected_time(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from odqa.flows.cli import main
+
+    result = CliRunner().invoke(main, ["-w", str(tmp_path / "none"), "reproduce", "--list"])
+    assert result.exit_code == 0, result.output
+    listed = [line for line in result.output.splitlines() if line and not line.startswith(" ")]
+    assert listed == sorted(setup_names())
+    assert result.output.count("\n  hardware: ") == result.output.count("\n  projected: about ") == len(listed)
+    assert not (tmp_path / "none").exists()  # --list makes no workspace
