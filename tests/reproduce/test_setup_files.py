@@ -86,3 +86,17 @@ def test_reproduce_list_names_every_setup_with_its_hardware_and_projected_time(t
     assert listed == sorted(setup_names())
     assert result.output.count("\n  hardware: ") == result.output.count("\n  projected: about ") == len(listed)
     assert not (tmp_path / "none").exists()  # --list makes no workspace
+
+
+def test_the_docs_table_gives_each_setups_command_projected_time_and_figures() -> None:
+    """docs/reproducing-papers.md's table, row by row, against the setup files it documents."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reproducing-papers.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip().strip("`"): line for line in docs.splitlines()
+            if line.startswith("| `") and "`odqa reproduce " in line}  # fmt: skip
+    assert set(rows) == set(setup_names())
+    for name, row in rows.items():
+        setup = load_setup(name)
+        assert f"`odqa reproduce {name}`" in row
+        assert f"| {setup.projected.hours:g} h |" in row, (name, setup.projected.hours)
+        for figure in setup.figures:
+            assert f"{figure.value:g}" in row, (name, figure.paper_row, figure.metric, figure.value)
