@@ -19,6 +19,7 @@ named after the host. Use it as a context manager: `with LoopbackServer(folder) 
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,17 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+class _Server(ThreadingHTTPServer):
+    """A client that hangs up (a download refused at its headers, an endless body stopped) is not
+    the server's error: no traceback for it in the test log; any other error keeps its traceback."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @dataclass
@@ -54,8 +66,7 @@ class LoopbackServer:
                 server._answer(self)
 
         self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         return self
