@@ -22,7 +22,9 @@ reads them.
    edited; the encoding tokenizes only those.
 4. *Side by side with sentence-transformers* (all-MiniLM-L6-v2, fp32, same ``--st-passages``
    passages, interleaved repeats, best and median): odqa's ``encode_corpus`` fed from stored ids
-   and from text (tokenizing included), ``SentenceTransformer.encode`` at its default batch (32).
+   and from text (tokenizing included), the same from stored ids with PyTorch's own ``nn.Linear``
+   (MKL; what odqa ran before ``pipelines/dense/cpu_linear.py``, and what it runs where the probe
+   finds oneDNN no faster), ``SentenceTransformer.encode`` at its default batch (32).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import torch  # noqa: E402
 from bench_encode import minilm_dir, real_passages  # noqa: E402
 
 from odqa.models.retriever import load_retriever  # noqa: E402
+from odqa.pipelines.dense import cpu_linear  # noqa: E402
 from odqa.pipelines.dense.sharded_encoding import encode_corpus  # noqa: E402
 from odqa.storage import Workspace  # noqa: E402
 from odqa.storage.passage_tokens import PassageTokenStore  # noqa: E402
@@ -162,16 +165,23 @@ def side_by_side(ws: Workspace, minilm, rows: list[tuple[str, str]], scratch: Pa
     write_passages(sub, rows, "st")
     encode(sub, minilm, scratch / "fill", "st")  # the stored ids "from stored ids" reads
     st_model.encode(strings[:32], batch_size=32)  # warm-up
-    times: dict[str, list[float]] = {"odqa_from_stored_ids": [], "odqa_from_text": [], "st_batch_32": []}
+    times: dict[str, list[float]] = {"odqa_from_stored_ids": [], "odqa_from_text": [],
+                                     "odqa_from_stored_ids_torch_linears": [], "st_batch_32": []}  # fmt: skip
+    probe = cpu_linear.onednn_is_faster
     for repeat in range(repeats):
-        order = list(times)[repeat % 3:] + list(times)[:repeat % 3]
+        order = list(times)[repeat % len(times):] + list(times)[:repeat % len(times)]
         for variant in order:
             if variant == "st_batch_32":
                 started = time.perf_counter()
                 st_model.encode(strings, batch_size=32)
                 times[variant].append(time.perf_counter() - started)
-            elif variant == "odqa_from_stored_ids":
-                result, seconds = encode(sub, minilm, scratch / f"stored-{repeat}", "st")
+            elif variant.startswith("odqa_from_stored_ids"):
+                if variant.endswith("torch_linears"):
+                    cpu_linear.onednn_is_faster = lambda *shape: False
+                try:
+                    result, seconds = encode(sub, minilm, scratch / f"{variant}-{repeat}", "st")
+                finally:
+                    cpu_linear.onednn_is_faster = probe
                 assert result.tokenized == 0
                 times[variant].append(seconds)
             else:
@@ -180,9 +190,12 @@ def side_by_side(ws: Workspace, minilm, rows: list[tuple[str, str]], scratch: Pa
                               scratch / f"text-{repeat}", corpus_fingerprint="st", batch_size=128, devices=[None],
                               progress=False)  # fmt: skip
                 times[variant].append(time.perf_counter() - started)
-    st_best = min(times["st_batch_32"])
-    return {variant: {"best_s": round(min(t), 2), "median_s": round(statistics.median(t), 2),
-                      "passages_per_s": round(len(rows) / min(t), 1), "speed_vs_st": round(st_best / min(t), 2)}
+    st_best, st_median = min(times["st_batch_32"]), statistics.median(times["st_batch_32"])
+    packed = sorted({(m.in_features, m.out_features) for m in minilm.modules() if isinstance(m, torch.nn.Linear)
+                     and probe(m.in_features, m.out_features, torch.get_num_threads())})  # fmt: skip
+    return {"onednn_shapes": packed} | {variant: {"best_s": round(min(t), 2), "median_s": round(statistics.median(t), 2),
+                      "passages_per_s": round(len(rows) / min(t), 1), "speed_vs_st": round(st_best / min(t), 2),
+                      "median_speed_vs_st": round(st_median / statistics.median(t), 2)}
             for variant, t in times.items()} | {"passages": len(rows)}  # fmt: skip
 
 

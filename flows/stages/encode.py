@@ -245,7 +245,7 @@ def encode_shard_task(
         if feed is not None:
             feed.close()
     with gpu_slot(f"encode shard {planned.index}", ws.root) if machine_slot else contextlib.nullcontext():
-        vectors = encode_shard(inference_weights(retriever, precision), titles, texts, batch_size=batch_size,  # type: ignore[arg-type]
+        vectors = encode_shard(inference_weights(retriever, precision, device), titles, texts, batch_size=batch_size,  # type: ignore[arg-type]
                                device=device, precision=precision, tokens=tokens)  # type: ignore[arg-type]  # fmt: skip
     counts = (feed.tokenized, feed.reused) if feed is not None else (len(ids), 0)
     return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True, *counts  # type: ignore[arg-type]

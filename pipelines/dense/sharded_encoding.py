@@ -249,19 +249,41 @@ def _autocast(device: str | None, precision: Precision) -> contextlib.AbstractCo
     return torch.autocast(device_type=device_type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
 
-def inference_weights(retriever: DenseRetriever, precision: Precision) -> DenseRetriever:
-    """The retriever to encode with: for ``bf16`` a copy whose linear layers hold bf16 weights
-    (the tokenizer shared, not copied; see ``resolve_precision``), else the retriever itself. A
-    retriever whose linear layers are bf16 already is kept."""
+def _on_cpu(device: str | None) -> bool:
+    return device is None or str(device).startswith("cpu")
+
+
+def inference_weights(retriever: DenseRetriever, precision: Precision, device: str | None = None) -> DenseRetriever:
+    """The retriever to encode with on ``device``; the tokenizer is shared, never copied.
+
+    - ``bf16``: a copy whose linear layers hold bf16 weights (see ``resolve_precision``).
+    - ``fp32`` on CPU: a copy that shares every parameter and whose linear layers run on
+      oneDNN with prepacked weights, for the weight shapes where this CPU runs them faster
+      (``cpu_linear``: 1.28x a MiniLM forward on this project's machine; the vectors equal
+      plain PyTorch's to fp32 rounding).
+    - else, or when nothing would change, the retriever itself (so calling this again on its
+      result returns that result).
+    """
     import torch
 
-    if precision != "bf16" or not isinstance(retriever, torch.nn.Module):
+    if not isinstance(retriever, torch.nn.Module):
+        return retriever
+    tokenizer = getattr(retriever, "tokenizer", None)
+    memo: dict[int, Any] = {id(tokenizer): tokenizer} if tokenizer is not None else {}
+    if precision == "fp32" and _on_cpu(device):
+        from .cpu_linear import has_packable_linears, with_packed_linears
+
+        if not has_packable_linears(retriever):
+            return retriever
+        shared = [*retriever.parameters(), *retriever.buffers()]
+        memo.update({id(tensor): tensor for tensor in shared})
+        return with_packed_linears(copy.deepcopy(retriever, memo)).eval()  # type: ignore[return-value]
+    if precision != "bf16":
         return retriever
     linears = [m for m in retriever.modules() if isinstance(m, torch.nn.Linear)]
     if not linears or all(m.weight.dtype == torch.bfloat16 for m in linears):
         return retriever
-    tokenizer = getattr(retriever, "tokenizer", None)
-    cast = copy.deepcopy(retriever, memo={id(tokenizer): tokenizer} if tokenizer is not None else None)
+    cast = copy.deepcopy(retriever, memo)
     for module in cast.modules():
         if isinstance(module, torch.nn.Linear):
             module.to(torch.bfloat16)
@@ -457,7 +479,7 @@ def encode_tokenized(
     on CPU, no cap on GPUs), 0 no cap."""
     import torch
 
-    module: torch.nn.Module = inference_weights(retriever, precision)  # type: ignore[arg-type, assignment]
+    module: torch.nn.Module = inference_weights(retriever, precision, device)  # type: ignore[arg-type, assignment]
     if device is not None:
         module.to(device)
     target = next(module.parameters()).device
@@ -723,7 +745,7 @@ def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batc
     (and synced) in a helper thread while the next shard is encoded; one write at a time, and a
     shard enters the manifest only once its files are whole."""
     encoded = reused = 0
-    model = inference_weights(retriever, manifest.precision)
+    model = inference_weights(retriever, manifest.precision, device)
 
     def work() -> Iterator[tuple]:
         """Each shard's Arrow columns (only its passages without reusable vectors): hashed and
@@ -774,7 +796,7 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
     the tokens the parent took from the feed (tokenized here when it had none for this model)."""
     try:
         retriever = factory()
-        model = inference_weights(retriever, precision)
+        model = inference_weights(retriever, precision, device)
         tokenize = lambda item: item[4] if item[4] is not None else tokenize_shard(retriever, item[2], item[3])  # noqa: E731
         for (index, ids, titles, texts, _), tokens in _ahead(tokenize, iter(tasks.get, None)):
             vectors = encode_shard(model, titles, texts, batch_size=batch_size, device=device, precision=precision,

@@ -202,7 +202,7 @@ def test_bf16_weights_stay_within_cosine_of_fp32_on_real_passages():
     linears = [m for m in cast.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all(m.weight.dtype == torch.bfloat16 for m in linears)
     assert all(m.weight.dtype == torch.float32 for m in cast.modules() if isinstance(m, torch.nn.LayerNorm))
-    assert inference_weights(model, "fp32") is model and inference_weights(cast, "bf16") is cast
+    assert inference_weights(model, "fp32", "cuda:0") is model and inference_weights(cast, "bf16") is cast
 
 
 def test_passage_keys_hash_id_title_text_the_same_from_arrow_or_python():
