@@ -4,8 +4,8 @@ PyTorch's CPU wheels run ``nn.Linear`` on MKL's sgemm. The linear layers are abo
 quarters of a BERT forward on CPU, and on some CPUs MKL is far from the chip's best: on this
 project's AMD EPYC (Zen 4) machine oneDNN's matrix product, with the weight reordered once into
 its blocked layout, ran 1.3-1.4x faster than MKL on every MiniLM shape (1.28x on the whole
-forward). On Intel CPUs MKL is usually the faster one. So the choice is measured, once per
-process and weight shape, not assumed. The vectors match plain PyTorch's to fp32 rounding
+forward). On Intel CPUs, MKL's home ground, the two can be even or MKL ahead, so the choice is
+measured, once per process and weight shape, not assumed. The vectors match plain PyTorch's to fp32 rounding
 (about 5e-6 absolute on MiniLM's hidden states); `benchmarks/RESULTS.md`, issue 38.
 
 The prepacked weight is an opaque oneDNN tensor: it cannot be trained, pickled or deep-copied,
