@@ -258,9 +258,9 @@ def inference_weights(retriever: DenseRetriever, precision: Precision, device: s
 
     - ``bf16``: a copy whose linear layers hold bf16 weights (see ``resolve_precision``).
     - ``fp32`` on CPU: a copy that shares every parameter and whose linear layers run on
-      oneDNN with prepacked weights, for the weight shapes where this CPU runs them faster
-      (``cpu_linear``: 1.28x a MiniLM forward on this project's machine; the vectors equal
-      plain PyTorch's to fp32 rounding).
+      oneDNN with prepacked weights, on x86 CPUs not made by Intel (``cpu_linear``: 1.13-1.16x
+      a real MiniLM encode on this project's AMD machine; the vectors equal plain PyTorch's to
+      fp32 rounding, and do not depend on the runner or the thread count).
     - else, or when nothing would change, the retriever itself (so calling this again on its
       result returns that result).
     """

@@ -1,9 +1,7 @@
 """oneDNN prepacked linear layers for CPU encoding: same vectors, the model itself untouched,
-and the faster backend chosen by measuring it."""
+and the backend chosen by a fixed rule (the CPU's vendor), so the bytes do not vary by run."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ import torch
 from torch import nn
 
 from odqa.pipelines.dense import cpu_linear
-from odqa.pipelines.dense.cpu_linear import PackedLinear, onednn_is_faster, with_packed_linears
+from odqa.pipelines.dense.cpu_linear import PackedLinear, onednn_runs_linears, with_packed_linears
 from odqa.pipelines.dense.sharded_encoding import encode_tokenized, inference_weights, tokenize_shard
 from tests.experiments.tiny_encoder import minilm_dir
 
@@ -30,10 +28,10 @@ PASSAGES = [
 
 @pytest.fixture
 def probe_says(monkeypatch):
-    """Fix the probe's verdict for every weight shape (the choice itself is tested below)."""
+    """Fix the choice of backend (the rule itself is tested below)."""
 
-    def set_verdict(faster: bool) -> None:
-        monkeypatch.setattr(cpu_linear, "onednn_is_faster", lambda *shape: faster)
+    def set_verdict(onednn: bool) -> None:
+        monkeypatch.setattr(cpu_linear, "onednn_runs_linears", lambda: onednn)
 
     return set_verdict
 
@@ -93,40 +91,60 @@ def test_encoding_copy_shares_weights_and_gives_the_models_vectors(probe_says):
     assert np.sum(vectors * plain, axis=1).min() >= 0.999999
 
 
-def test_probe_chooses_the_faster_backend_and_remembers_it(monkeypatch):
-    """The verdict follows the measured times: oneDNN is chosen only when it is clearly faster,
-    and each weight shape is measured once per thread count."""
+@pytest.mark.parametrize(("vendor", "onednn"), [("AuthenticAMD", True), ("HygonGenuine", True),
+                                               ("GenuineIntel", False), (None, False)])  # fmt: skip
+def test_the_cpu_vendor_chooses_the_backend(monkeypatch, vendor, onednn):
+    """oneDNN on x86 CPUs not made by Intel (where MKL does not take its fastest kernels),
+    PyTorch's own layers on Intel's and on CPUs that report no x86 vendor."""
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: vendor)
+    onednn_runs_linears.cache_clear()
+    try:
+        assert onednn_runs_linears() is onednn
+        model = nn.Sequential(nn.Linear(8, 8))
+        assert (inference_weights(model, "fp32") is not model) is onednn
+    finally:
+        onednn_runs_linears.cache_clear()
+
+
+def test_a_product_that_disagrees_with_torch_or_no_onednn_means_the_models_own_layers(monkeypatch):
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "AuthenticAMD")
     real = cpu_linear._packed_product
-    real_linear = nn.functional.linear
-
-    def slowed(function, seconds):
-        def run(*args, **kwargs):
-            time.sleep(seconds)
-            return function(*args, **kwargs)
-
-        return run
-
-    monkeypatch.setattr(cpu_linear, "PROBE_ROWS", 16)
-    onednn_is_faster.cache_clear()
-    monkeypatch.setattr(cpu_linear, "_packed_product", slowed(real, 0.02))
-    assert onednn_is_faster(8, 8, 1) is False
-    monkeypatch.setattr(cpu_linear, "_packed_product", real)
-    assert onednn_is_faster(8, 8, 1) is False  # remembered
-    monkeypatch.setattr(nn.functional, "linear", slowed(real_linear, 0.02))
-    assert onednn_is_faster(8, 8, 2) is True
-    monkeypatch.setattr(nn.functional, "linear", real_linear)
-    monkeypatch.setattr(cpu_linear, "_packed_product", lambda x, packed, bias: real(x, packed, bias) + 1.0)
-    assert onednn_is_faster(8, 16, 1) is False  # a wrong result is never chosen, however fast
-    onednn_is_faster.cache_clear()
+    try:
+        onednn_runs_linears.cache_clear()
+        monkeypatch.setattr(cpu_linear, "_packed_product", lambda x, packed, bias: real(x, packed, bias) + 1e-3)
+        assert onednn_runs_linears() is False
+        monkeypatch.setattr(cpu_linear, "_packed_product", real)
+        onednn_runs_linears.cache_clear()
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+        assert onednn_runs_linears() is False
+    finally:
+        onednn_runs_linears.cache_clear()
 
 
-def test_no_onednn_means_the_models_own_layers(monkeypatch):
-    onednn_is_faster.cache_clear()
-    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-    assert onednn_is_faster(8, 8, 1) is False
-    model = nn.Sequential(nn.Linear(8, 8))
-    assert inference_weights(model, "fp32") is model
-    onednn_is_faster.cache_clear()
+def test_cpuinfo_vendor_is_read_from_the_x86_vendor_line():
+    from odqa.pipelines.cpu_features import vendor_id
+
+    assert vendor_id("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2\n") == "AuthenticAMD"
+    assert vendor_id("processor\t: 0\nFeatures\t: fp asimd bf16\n") is None  # Arm: no vendor_id line
+
+
+def test_vectors_do_not_depend_on_the_thread_count(probe_says):
+    """A mapped encode's workers may run other thread counts than the parent: each passage's
+    vector comes out byte for byte the same."""
+    from odqa.models.retriever import load_retriever
+
+    probe_says(True)
+    model = load_retriever(minilm_dir())
+    tokens = tokenize_shard(model, [t for t, _ in PASSAGES], [x for _, x in PASSAGES])
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            runs.append(encode_tokenized(model, tokens, batch_size=4, device=None, precision="fp32").tobytes())
+    finally:
+        torch.set_num_threads(threads)
+    assert runs[0] == runs[1]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from odqa.models.cpu_features import cpu_has_bf16_units
+from odqa.pipelines.cpu_features import cpu_has_bf16_units
 from odqa.models.data import MultiSetSampler
 from odqa.models.dev_eval import InMemoryDevEvaluator
 from odqa.models.retriever import create_retriever, load_retriever

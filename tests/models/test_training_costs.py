@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import odqa.models.trainer as trainer_module
-from odqa.models.cpu_features import bf16_flags
+from odqa.pipelines.cpu_features import bf16_flags
 from odqa.models.data import MultiSetSampler
 from odqa.models.retriever import create_retriever, load_retriever
 from odqa.models.trainer import (
