@@ -37,11 +37,11 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..pipelines.cpu_features import cpu_has_bf16_units
 from ..pipelines.progress import Progress
 from ..storage.atomic import atomic_write_json, replace_directory
 from .base import WEIGHTS_NAME, Retriever, load_weights
 from .config import DESIRE_ME_ARCHS
-from ..pipelines.cpu_features import cpu_has_bf16_units
 from .data import Batch, MultiSetSampler, StoredPassageTokens, TrainingExample, collate, derived_seed
 from .dev_eval import DevEvaluator
 from .distributed import (

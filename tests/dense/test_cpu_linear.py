@@ -27,7 +27,7 @@ PASSAGES = [
 
 
 @pytest.fixture
-def probe_says(monkeypatch):
+def onednn_chosen(monkeypatch):
     """Fix the choice of backend (the rule itself is tested below)."""
 
     def set_verdict(onednn: bool) -> None:
@@ -57,8 +57,8 @@ def test_packed_linear_falls_back_to_torch_for_gradients_and_autocast():
         assert packed(x.detach()).dtype == linear(x.detach()).dtype == torch.bfloat16
 
 
-def test_with_packed_linears_keeps_a_shared_layer_shared(probe_says):
-    probe_says(True)
+def test_with_packed_linears_keeps_a_shared_layer_shared(onednn_chosen):
+    onednn_chosen(True)
     shared = nn.Linear(8, 8)
     model = nn.ModuleDict({"a": nn.Sequential(shared, nn.ReLU()), "b": nn.Sequential(shared), "c": nn.LayerNorm(8)})
     with_packed_linears(model)
@@ -66,7 +66,7 @@ def test_with_packed_linears_keeps_a_shared_layer_shared(probe_says):
     assert isinstance(model["c"], nn.LayerNorm)
 
 
-def test_encoding_copy_shares_weights_and_gives_the_models_vectors(probe_says):
+def test_encoding_copy_shares_weights_and_gives_the_models_vectors(onednn_chosen):
     """On CPU in fp32 the encoder runs on a copy whose linear layers are prepacked: the model
     keeps its ``nn.Linear`` layers and the copy shares its parameters (no second set of
     weights); the vectors equal plain PyTorch's to fp32 rounding."""
@@ -74,10 +74,10 @@ def test_encoding_copy_shares_weights_and_gives_the_models_vectors(probe_says):
 
     model = load_retriever(minilm_dir())
     tokens = tokenize_shard(model, [t for t, _ in PASSAGES], [x for _, x in PASSAGES])
-    probe_says(False)
+    onednn_chosen(False)
     assert inference_weights(model, "fp32") is model
     plain = encode_tokenized(model, tokens, batch_size=2, device=None, precision="fp32")
-    probe_says(True)
+    onednn_chosen(True)
     fast = inference_weights(model, "fp32")
     assert fast is not model and fast.tokenizer is model.tokenizer
     packed = [m for m in fast.modules() if isinstance(m, PackedLinear)]
@@ -128,12 +128,12 @@ def test_cpuinfo_vendor_is_read_from_the_x86_vendor_line():
     assert vendor_id("processor\t: 0\nFeatures\t: fp asimd bf16\n") is None  # Arm: no vendor_id line
 
 
-def test_vectors_do_not_depend_on_the_thread_count(probe_says):
+def test_vectors_do_not_depend_on_the_thread_count(onednn_chosen):
     """A mapped encode's workers may run other thread counts than the parent: each passage's
     vector comes out byte for byte the same."""
     from odqa.models.retriever import load_retriever
 
-    probe_says(True)
+    onednn_chosen(True)
     model = load_retriever(minilm_dir())
     tokens = tokenize_shard(model, [t for t, _ in PASSAGES], [x for _, x in PASSAGES])
     threads = torch.get_num_threads()
@@ -155,7 +155,7 @@ def tiny_checkpoint(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("arch", ["dpr", "sde", "ade-ste", "ade-fte", "ade-spl", "taser", "desire-me"])
-def test_every_architecture_encodes_the_same_through_prepacked_layers(arch, tiny_checkpoint, probe_says):
+def test_every_architecture_encodes_the_same_through_prepacked_layers(arch, tiny_checkpoint, onednn_chosen):
     """Every retriever kind (two towers, one, shared embedder or projection, TASER's experts,
     DESIRE-ME's mixture over a base) gives its own vectors through the prepacked copy."""
     from odqa.models.retriever import create_retriever
@@ -164,9 +164,9 @@ def test_every_architecture_encodes_the_same_through_prepacked_layers(arch, tiny
     extra = {"domains": ["Culture", "Science"]} if arch == "desire-me" else {}
     model = create_retriever(arch, tiny_checkpoint, **extra).eval()
     tokens = tokenize_shard(model, [t for t, _ in PASSAGES], [x for _, x in PASSAGES])
-    probe_says(False)
+    onednn_chosen(False)
     plain = encode_tokenized(model, tokens, batch_size=3, device=None, precision="fp32")
-    probe_says(True)
+    onednn_chosen(True)
     fast = inference_weights(model, "fp32")
     assert any(isinstance(m, PackedLinear) for m in fast.modules())
     np.testing.assert_allclose(encode_tokenized(fast, tokens, batch_size=3, device=None, precision="fp32"),
