@@ -23,7 +23,8 @@ reads them.
 4. *Side by side with sentence-transformers* (all-MiniLM-L6-v2, fp32, same ``--st-passages``
    passages, interleaved repeats, best and median): odqa's ``encode_corpus`` fed from stored ids
    and from text (tokenizing included), the same from stored ids with PyTorch's own ``nn.Linear``
-   (MKL; what odqa ran before ``pipelines/dense/cpu_linear.py``, and what it runs on Intel CPUs), ``SentenceTransformer.encode`` at its default batch (32).
+   (MKL; what odqa ran before ``pipelines/dense/cpu_linear.py``, and what it runs on Intel CPUs),
+   ``SentenceTransformer.encode`` at its default batch (32).
 """
 
 from __future__ import annotations
