@@ -113,6 +113,7 @@ def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: 
             if limit is not None and offset > limit:
                 raise TransferError(f"{url}: sent more than the {limit:,} bytes of the file")
             if limit is None:
+                out.flush()  # the margin is judged on what is on disk, not on what waits in the buffer
                 ensure_room(slot.part, len(chunk), policy.keep_free,
                             f"{url} gives no size (nor does the registry) and has sent {offset:,} bytes; stopped "
                             "there (the bytes are kept: fetch again to resume)")  # fmt: skip
