@@ -19,7 +19,8 @@ encoded; ordering a shard's passages by their real token counts, so a batch pads
 of near-equal lengths (ordering by characters, as sentence-transformers does, leaves 25-40%
 padding on 100-word passages); the original order is restored on write. The device thread only
 moves ready batches: a helper thread builds the next padded batch (in pinned memory on CUDA,
-copied with ``non_blocking``) while the current one runs. Then ``torch.inference_mode``, the
+copied with ``non_blocking``) while the current one runs, and a batch's vectors are read back
+only once the next batch is queued behind it. Then ``torch.inference_mode``, the
 weights cast to bf16 on GPUs (``precision``), and one process per GPU (shards handed out
 round-robin). Memory stays bounded by two shards per worker (the one encoded, the one tokenized
 ahead) plus one queued shard, whatever the corpus size.
@@ -491,14 +492,47 @@ def encode_tokenized(
     try:
         with torch.inference_mode(), _autocast(device, precision):
             batches = token_batches(tokens.lengths, batch_size, budget)
+            landing: _Landing | None = None
             for positions, host in _ahead(lambda p: tokens.batch(p, pin), batches):
                 inputs = {k: v.to(target, non_blocking=pin) for k, v in host.items()}
-                out[positions] = module.embed_passages(inputs).float().cpu().numpy()  # type: ignore[operator]
-                if on_batch is not None:
-                    on_batch(len(positions))
+                launched = _Landing.start(positions, module.embed_passages(inputs).float(), pin)  # type: ignore[operator]
+                if landing is not None:  # the batch before lands while this one runs
+                    landing.land(out, on_batch)
+                landing = launched
+            if landing is not None:
+                landing.land(out, on_batch)
     finally:
         module.train(was_training)
     return out
+
+
+class _Landing:
+    """A batch's vectors on their way to the host. On CUDA the copy is queued into pinned memory
+    behind the batch's kernels and waited for only after the next batch's kernels are queued:
+    reading each batch's vectors at once (``.cpu()``) would leave the GPU idle from the end of
+    every batch until the host had queued the next one."""
+
+    def __init__(self, positions: np.ndarray, host: Any, done: Any) -> None:
+        self.positions, self.host, self.done = positions, host, done
+
+    @classmethod
+    def start(cls, positions: np.ndarray, vectors: Any, on_cuda: bool) -> _Landing:
+        import torch
+
+        if not on_cuda:
+            return cls(positions, vectors, None)
+        host = torch.empty(vectors.shape, dtype=vectors.dtype, pin_memory=True)
+        host.copy_(vectors, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(vectors.device))  # the copy's stream, on any GPU
+        return cls(positions, host, done)
+
+    def land(self, out: np.ndarray, on_batch: Callable[[int], None] | None) -> None:
+        if self.done is not None:
+            self.done.synchronize()
+        out[self.positions] = self.host.numpy()
+        if on_batch is not None:
+            on_batch(len(self.positions))
 
 
 def encode_shard(
