@@ -62,6 +62,10 @@ def minilm_dir() -> Path:
 
 
 def dump_path() -> Path:
+    """The real Wikipedia excerpt: ``ODQA_BENCH_DUMP`` (a device machine, where ``../shared`` does
+    not travel; ``device_packages.py`` carries it), else ``../shared``, else the bundled sample."""
+    if os.environ.get("ODQA_BENCH_DUMP"):
+        return Path(os.environ["ODQA_BENCH_DUMP"])
     shared = ROOT / ".." / "shared" / "data" / "wikipedia" / "enwiki-sample-pages-articles.xml.bz2"
     return shared if shared.exists() else ROOT / "sample" / "wiki" / "enwiki-sample-pages-articles.xml.bz2"
 

@@ -104,6 +104,10 @@ _WORKER_TOKENIZER: PassageTokenizer | None = None
 
 def _start_worker(tokenizer: PassageTokenizer) -> None:
     global _WORKER_TOKENIZER
+    # A worker is one of the cores the pool was sized to: the Rust tokenizer's own thread pool
+    # (one thread per core in every worker, unless the user turned it off) would put
+    # workers x cores threads on the machine, the device thread's core among them.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _WORKER_TOKENIZER = tokenizer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import pickle
 import shutil
 import signal
@@ -175,6 +176,20 @@ def test_worker_processes_tokenize_as_the_model_does(tiny_models):
     expected = model.passage_token_rows(titles, texts)["input_ids"]
     starts = rows.starts[order]
     assert [rows.input_ids[s:s + n].tolist() for s, n in zip(starts, rows.lengths[order], strict=True)] == expected
+
+
+def test_a_worker_tokenizes_on_its_own_core_whatever_the_parent_asked(tiny_models, monkeypatch):
+    """The pool is sized to the cores; a worker's Rust tokenizer must not start a thread per core too."""
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    feed = TokenFeed(_load(tiny_models[0]).passage_tokenizer(), workers=1)
+    feed.pool.min_passages = 1
+    corpus = make_corpus(3, seed=15, max_words=20)
+    try:
+        feed.rows(corpus.column("passage_id").combine_chunks(), corpus.column("title").to_pylist(),
+                  corpus.column("text").to_pylist())  # fmt: skip
+        assert feed.pool._pool.submit(os.getenv, "TOKENIZERS_PARALLELISM").result() == "false"
+    finally:
+        feed.close()
 
 
 def _squad_passages(count: int) -> tuple[list[str], list[str]]:
