@@ -142,9 +142,11 @@ def unpack(carry: Path, target: Path, package: Path = ROOT / "odqa") -> None:
         found = sha256(parts)
         if found != manifest["sha256"]:
             raise SystemExit(f"{carry}: the parts' sha256 is {found}, the manifest's {manifest['sha256']}")
-        if target.exists():
+        if target.exists() and any(target.iterdir()):
+            if not stamp.exists():  # never empty a folder this script did not fill
+                raise SystemExit(f"{target}: not empty and not an unpack of ours; name another --target")
             shutil.rmtree(target)
-        target.mkdir(parents=True)
+        target.mkdir(parents=True, exist_ok=True)
         with lzma.open(_Joined(parts)) as stream, tarfile.open(fileobj=stream, mode="r|") as tar_file:
             tar_file.extractall(target, filter="tar")
         stamp.write_text(manifest["sha256"], encoding="utf-8")

@@ -86,3 +86,13 @@ def test_without_the_last_part_there_is_no_manifest_to_go_by(packed, tmp_path):
     (carry / Path(manifest["parts"][-1]).parent / script.MANIFEST).unlink()
     with pytest.raises(SystemExit, match="last part"):
         script.unpack(carry, tmp_path / "target")
+
+
+def test_a_folder_it_did_not_fill_is_never_emptied(packed, tmp_path):
+    script, _, carry, _ = packed
+    target = tmp_path / "someone-elses"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not an unpack of ours"):
+        script.unpack(carry, target, tmp_path / "unused")
+    assert (target / "keep.txt").read_text() == "mine"
