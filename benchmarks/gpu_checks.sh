@@ -55,7 +55,7 @@ if want 5; then
 echo "== 5. issue 38: BERT-base from stored token ids, feed ceiling, vs sentence-transformers bf16, faiss-gpu vs cpu"
 # TOKENIZERS_PARALLELISM unset, as a user runs it: sentence-transformers tokenizes with the Rust
 # tokenizer's threads (its best), odqa's tokenizer workers turn theirs off (one core each).
-env -u TOKENIZERS_PARALLELISM timeout 380 python3 benchmarks/bench_gpu_tokens.py --passages 200000 --st-passages 20000 --batch-size 256 \
+env -u TOKENIZERS_PARALLELISM timeout 380 python3 benchmarks/bench_gpu_tokens.py --passages 200000 --st-passages 40000 --st-batches 128,256,512 --batch-size 256 \
   --json "$LOG/issue38_tokens.json" 2>&1 | tee "$LOG/issue38_tokens.txt" | tail -40
 fi
 
