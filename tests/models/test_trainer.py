@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from odqa.pipelines.cpu_features import cpu_has_bf16_units
 from odqa.models.data import MultiSetSampler
 from odqa.models.dev_eval import InMemoryDevEvaluator
 from odqa.models.retriever import create_retriever, load_retriever
 from odqa.models.trainer import Trainer, TrainingConfig, amp_dtype
+from odqa.pipelines.cpu_features import cpu_has_bf16_units
 
 
 def _losses(result) -> list[float]:

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import odqa.models.trainer as trainer_module
-from odqa.pipelines.cpu_features import bf16_flags
 from odqa.models.data import MultiSetSampler
 from odqa.models.retriever import create_retriever, load_retriever
 from odqa.models.trainer import (
@@ -21,6 +20,7 @@ from odqa.models.trainer import (
     changed_auto_precision,
     legacy_precision,
 )
+from odqa.pipelines.cpu_features import bf16_flags
 
 
 def _config(output, **overrides) -> TrainingConfig:
