@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import lzma
 import shlex
 import shutil
 import subprocess
@@ -37,6 +36,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 import tomllib
 
@@ -61,12 +61,16 @@ PLATFORM = ("--python-version", "3.12", "--implementation", "cp", "--only-binary
                               "manylinux2014_x86_64") for arg in ("--platform", tag)])  # fmt: skip
 
 
-def sha256(paths: list[Path]) -> str:
+def sha256(paths: list[Path], copy_to: BinaryIO | None = None) -> str:
+    """The sha256 of the files end to end, written on to ``copy_to`` as they are read (the one
+    file ``cat`` would make of the parts)."""
     digest = hashlib.sha256()
     for path in paths:
         with path.open("rb") as handle:
             while chunk := handle.read(1 << 20):
                 digest.update(chunk)
+                if copy_to is not None:
+                    copy_to.write(chunk)
     return digest.hexdigest()
 
 
@@ -94,7 +98,7 @@ def pack_site(site: Path, carry: Path, part_bytes: int, packages: tuple[str, ...
         shutil.rmtree(carry)
     carry.mkdir(parents=True)
     archive = carry / ARCHIVE
-    if shutil.which("xz"):  # several threads; the same format lzma reads
+    if shutil.which("xz"):  # several threads; the same format tarfile reads back
         with archive.open("wb") as out:
             tar = subprocess.Popen(["tar", "-C", str(site), "-cf", "-", "."], stdout=subprocess.PIPE)
             subprocess.run(["xz", "-6", "-T0", "-c"], stdin=tar.stdout, stdout=out, check=True)
@@ -139,16 +143,19 @@ def unpack(carry: Path, target: Path, package: Path = ROOT / "odqa") -> None:
         raise SystemExit(f"{carry}: parts not here yet: {', '.join(missing)} (carry each in its own call)")
     stamp = target / ".device-packages"
     if not (stamp.exists() and stamp.read_text(encoding="utf-8") == manifest["sha256"]):
-        found = sha256(parts)
-        if found != manifest["sha256"]:
-            raise SystemExit(f"{carry}: the parts' sha256 is {found}, the manifest's {manifest['sha256']}")
-        if target.exists() and any(target.iterdir()):
-            if not stamp.exists():  # never empty a folder this script did not fill
-                raise SystemExit(f"{target}: not empty and not an unpack of ours; name another --target")
-            shutil.rmtree(target)
-        target.mkdir(parents=True, exist_ok=True)
-        with lzma.open(_Joined(parts)) as stream, tarfile.open(fileobj=stream, mode="r|") as tar_file:
-            tar_file.extractall(target, filter="tar")
+        with tempfile.TemporaryDirectory() as scratch:
+            archive = Path(scratch) / manifest["archive"]
+            with archive.open("wb") as joined:
+                found = sha256(parts, joined)
+            if found != manifest["sha256"]:
+                raise SystemExit(f"{carry}: the parts' sha256 is {found}, the manifest's {manifest['sha256']}")
+            if target.exists() and any(target.iterdir()):
+                if not stamp.exists():  # never empty a folder this script did not fill
+                    raise SystemExit(f"{target}: not empty and not an unpack of ours; name another --target")
+                shutil.rmtree(target)
+            target.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(archive, "r:xz") as tar_file:
+                tar_file.extractall(target, filter="tar")
         stamp.write_text(manifest["sha256"], encoding="utf-8")
     lay_out_odqa(package)
     env = [f"export PYTHONPATH={shlex.quote(str(target))}${{PYTHONPATH:+:$PYTHONPATH}}"]
@@ -172,27 +179,6 @@ def lay_out_odqa(package: Path) -> None:
         if link.is_symlink():
             link.unlink()
         link.symlink_to(ROOT / folder, target_is_directory=True)
-
-
-class _Joined:
-    """The parts read as one file, in order (what ``cat`` would give, without a second copy)."""
-
-    def __init__(self, parts: list[Path]) -> None:
-        self._parts, self._handle = list(parts), None
-
-    def read(self, size: int = -1) -> bytes:
-        while self._parts or self._handle:
-            if self._handle is None:
-                self._handle = self._parts.pop(0).open("rb")
-            data = self._handle.read(size)
-            if data:
-                return data
-            self._handle.close()
-            self._handle = None
-        return b""
-
-    def readable(self) -> bool:
-        return True
 
 
 def main() -> None:
