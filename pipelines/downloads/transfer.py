@@ -9,7 +9,9 @@
 - **Retries.** A connection reset, a timeout, a transfer cut short and HTTP 408/429/5xx are
   retried with exponential backoff (1 s, 2 s, 4 s ... at most `max_backoff_s`), each retry
   resuming where the last stopped; after `retries` failures the next URL (a mirror of the same
-  file) is tried. Other HTTP errors (404, 403 ...) go to the next URL at once.
+  file) is tried. Other HTTP errors (404, 403 ...) go to the next URL at once, and so does a
+  host name that does not resolve: offline, or with a mistyped host, retrying cannot help, and
+  neither `wget` (without `--retry-on-host-error`) nor `curl --retry` retries it either.
 - **Bounds.** The body is read in blocks of `block` bytes; a server that sends more than the
   size it announced (or the registry's size) is refused, and so is an announced size that is
   not the registry's. The disk keeps `keep_free` bytes free: a download whose size is known is
@@ -21,11 +23,14 @@
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import requests
+from urllib3.exceptions import NameResolutionError
 
 from ...storage.atomic import ensure_room, naming_full_disk
 from ...storage.downloads import (
@@ -124,6 +129,23 @@ def _receive(response: requests.Response, slot: DownloadSlot, url: str, offset: 
     return offset
 
 
+def _unresolved_host(exc: BaseException) -> BaseException | None:
+    """The resolver's error when a connection error is a host name that did not resolve, else None
+    (requests wraps urllib3's error, which wraps the resolver's `gaierror`, in
+    `MaxRetryError.reason` and the causes)."""
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        error = pending.pop()
+        if not isinstance(error, BaseException) or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, NameResolutionError | socket.gaierror):
+            return error
+        pending.extend([*error.args, getattr(error, "reason", None), error.__cause__, error.__context__])
+    return None
+
+
 def _try_once(session: requests.Session, url: str, slot: DownloadSlot, expected: int | None,
               policy: TransferPolicy, bar: Progress) -> int:  # fmt: skip
     state = read_part_state(slot)
@@ -145,7 +167,14 @@ def _try_once(session: requests.Session, url: str, slot: DownloadSlot, expected:
             if response.status_code not in (200, 206):
                 raise TransferError(f"{url}: HTTP {response.status_code} {response.reason}")
             return _receive(response, slot, url, offset, expected, policy, bar)
-    except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+    except requests.ConnectionError as exc:
+        unresolved = _unresolved_host(exc)
+        if unresolved is not None:
+            host = urlsplit(url).hostname
+            raise TransferError(f"{url}: the host name {host} does not resolve (no network, or no DNS "
+                                f"here?): {unresolved}") from exc
+        raise _Transient(f"{url}: {type(exc).__name__}: {exc}") from exc
+    except (requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
         raise _Transient(f"{url}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -17,7 +17,7 @@ import pytest
 from odqa.flows.compositions.fetch import fetch_resource
 from odqa.pipelines.downloads.checksums import ChecksumMismatch
 from odqa.pipelines.downloads.registry import Resource, parse_entry
-from odqa.pipelines.downloads.transfer import TransferError, TransferPolicy
+from odqa.pipelines.downloads.transfer import TransferError, TransferPolicy, transfer
 from odqa.pipelines.downloads.unpack import gunzip, unzip
 from odqa.storage.atomic import DiskFullError
 from odqa.storage.downloads import LinkedDownloadError, download_slot, open_part, part_size, seen_sha256
@@ -93,6 +93,22 @@ def test_a_503_is_retried_and_a_redirect_followed(served, tmp_path):
     fetched = fetch_resource(tmp_path / "ws", _resource(served.url_of("old/psgs.tsv")), policy=FAST, progress=False)
     assert fetched.file.read_bytes() == PAYLOAD
     assert len(served.requests_for("files/psgs.tsv")) == 2
+
+
+def test_a_host_that_does_not_resolve_is_not_retried_and_the_next_url_is_tried_at_once(served, tmp_path):
+    """Offline (or with a mistyped host) retrying a name lookup cannot help: as wget and curl do,
+    the URL fails at once, with no backoff, and its mirror is tried. `.invalid` never resolves
+    (RFC 2606)."""
+    waits: list[float] = []
+    patient = TransferPolicy(retries=5, backoff_s=10.0, timeout_s=10.0, block=4096)
+    unresolvable = "http://odqa-test.invalid/files/psgs.tsv"
+    slot = download_slot(tmp_path / "ws", served.url_of("files/psgs.tsv"))
+    with pytest.raises(TransferError, match=r"odqa-test\.invalid does not resolve \(no network, or no DNS"):
+        transfer([unresolvable], slot, policy=patient, progress=False, sleep=waits.append)
+    assert waits == []
+    assert transfer([unresolvable, served.url_of("files/psgs.tsv")], slot, policy=patient, progress=False,
+                    sleep=waits.append) == len(PAYLOAD)  # fmt: skip
+    assert waits == [] and slot.part.read_bytes() == PAYLOAD
 
 
 def test_a_mirror_serves_https_host_path_as_base_host_path(tmp_path):
