@@ -246,3 +246,58 @@ def test_dataset_specs() -> None:
             DatasetSpec.parse(bad)
     with pytest.raises(ValueError, match="listed twice"):
         parse_dataset_specs(["nq:train", "nq:train:2"])
+
+
+QAS_LINES = "".join(f'who is person number {i}?\t["Person {i}"]\n' for i in range(3000))
+
+
+@pytest.mark.parametrize(("suffix", "compress"), [(".gz", "gzip"), (".bz2", "bz2")])
+def test_truncated_compressed_file_names_file_and_line(tmp_path: Path, suffix: str, compress: str) -> None:
+    """A cut .gz/.bz2 (an interrupted download) raised gzip's bare EOFError ('Compressed file
+    ended before the end-of-stream marker was reached'), naming neither the file nor the line."""
+    import bz2
+    import gzip
+
+    data = (gzip.compress if compress == "gzip" else bz2.compress)(QAS_LINES.encode("utf-8"), 9)
+    path = tmp_path / f"nq-test.qas.tsv{suffix}"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(ImportFormatError, match=rf"^{path}:\d+: the {compress} stream ends before its end marker"):
+        import_questions("dpr-qas", path, "nq", "test").questions.to_table()
+    whole = tmp_path / f"whole.qas.tsv{suffix}"
+    whole.write_bytes(data)
+    assert import_questions("dpr-qas", whole, "nq", "test").questions.to_table().num_rows == 3000
+
+
+def test_truncated_compressed_json_array_names_file(tmp_path: Path) -> None:
+    import gzip
+
+    records = [{"question": f"where was person {i} born?", "answers": [f"Town {i}"]} for i in range(3000)]
+    data = gzip.compress(json.dumps(records).encode("utf-8"))
+    path = tmp_path / "P19.dev.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImportFormatError, match=rf"^{path}: the gzip stream ends before its end marker"):
+        import_questions("dpr-json", path, "eq", "dev").questions.to_table()
+
+
+def test_file_named_gz_that_is_not_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "nq-test.qas.tsv.gz"
+    path.write_text('secret question?\t["a"]\n', encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=rf"^{path}:1: not gzip data") as info:
+        import_questions("dpr-qas", path, "nq", "test").questions.to_table()
+    assert "secret" not in str(info.value) and "b'se'" not in str(info.value)  # gzip's message quotes them
+
+
+def test_truncated_real_question_file() -> None:
+    """squad24's dev questions, gzipped and cut: refused naming the line the stream ended in."""
+    import gzip
+    import tempfile
+
+    raw = shared_data("squad24", "dev.qas.tsv").read_bytes()
+    data = gzip.compress(raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dev.qas.tsv.gz"
+        path.write_bytes(data[: len(data) // 2])
+        with pytest.raises(ImportFormatError, match=rf"^{path}:(\d+): the gzip stream ends") as info:
+            import_questions("dpr-qas", path, "squad24", "dev").questions.to_table()
+        line = int(str(info.value).split(":")[1])
+        assert 1 < line < raw.count(b"\n")
