@@ -10,8 +10,9 @@ Each such folder therefore holds an owner file, `.owner.lock`, on which its make
 exclusive `flock` for as long as it uses the folder. The kernel drops that lock the moment the
 process dies, so the next process that makes a folder in the same place removes every folder
 whose owner file it can lock: its owner is gone, whatever the pid was. No pid or age is
-guessed, and a live owner's folder is never touched (the `flock` is per machine, as with the
-writer locks of `locks.py`).
+guessed, and a live owner's folder is never touched. The `flock` may be per machine (as with the
+writer locks of `locks.py`), so only folders made on this host are judged: on a workspace shared
+by several machines, each reclaims its own.
 
 A folder is made under a hidden name and renamed into place only once its owner file is locked,
 so a reclaimer never sees a folder whose owner has not locked it yet. Folders without an owner
@@ -73,14 +74,18 @@ class OwnedDir:
 
 
 def _owner_is_gone(owner: Path) -> IO[str] | None:
-    """The owner file opened and locked when its owner no longer holds it, else None."""
+    """The owner file opened and locked when its owner, a process of this host, no longer holds
+    it, else None. A folder another host made is never judged here: on a file system shared by
+    several machines an flock may be seen by its own machine only (as `locks.py` says)."""
     try:
         handle = open(owner, encoding="utf-8")  # noqa: SIM115 (closed by the caller)
     except OSError:
         return None
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        if json.loads(handle.read() or "{}").get("host") != socket.gethostname():
+            raise OSError("made on another host")
+    except (OSError, ValueError, AttributeError):
         handle.close()
         return None
     return handle

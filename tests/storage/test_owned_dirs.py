@@ -79,3 +79,12 @@ def test_a_live_owners_folder_is_left_alone(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["legacy", "mine"]
     mine.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["legacy"]
+
+
+def test_a_folder_made_on_another_host_is_not_judged(tmp_path: Path) -> None:
+    """On a shared file system an flock may be visible to its own machine only: a folder whose
+    owner file names another host is never reclaimed from here, even when its lock is free."""
+    owned = OwnedDir.create(tmp_path, "elsewhere")
+    owned.release(remove=False)  # its lock dropped, as if its owner died
+    (tmp_path / "elsewhere" / OWNER_FILE).write_text('{"pid": 1, "host": "another-machine"}', encoding="utf-8")
+    assert reclaim_abandoned(tmp_path) == [] and (tmp_path / "elsewhere").exists()
