@@ -105,7 +105,9 @@ class PaqQuestionsReport(Report):
 class ImportQuestionsReport(Report):
     """What an import did to the questions table: rows added (`questions`), replaced (this
     source's old rows), kept (other sources' rows), skipped (duplicates under --on-duplicate
-    keep-existing), total; and the passages and qrels the file brought."""
+    keep-existing), total; the passages and qrels the file brought; and the questions added with
+    an empty answers list (`[]` in the file: answer-based R@K and distant supervision cannot use
+    them, so they are counted rather than passed over in silence)."""
 
     format: str
     path: str
@@ -119,12 +121,14 @@ class ImportQuestionsReport(Report):
     kept: int = 0
     skipped_duplicates: int = 0
     total: int = 0
+    questions_without_answers: int = 0
 
     def as_figures(self) -> dict[str, Any]:
-        """The figures, without `skipped_duplicates` when no row was skipped (the usual case)."""
+        """The figures, without `skipped_duplicates` and `questions_without_answers` when 0 (the usual case)."""
         figures = super().as_figures()
-        if not self.skipped_duplicates:
-            figures.pop("skipped_duplicates", None)
+        for key in ("skipped_duplicates", "questions_without_answers"):
+            if not getattr(self, key):
+                figures.pop(key, None)
         return figures
 
 
@@ -482,6 +486,10 @@ def _import_questions(ws: Workspace, imported: ImportedDataset, fmt: str, source
             counts["questions"] += batch.num_rows
             positives = batch.column(batch.schema.get_field_index("positive_ids")).to_pylist()
             counts["questions_with_positive"] += sum(1 for ids in positives if ids)
+            if fmt != "beir":  # BEIR judges passages and brings no answers; the others bring them
+                answers = batch.column(batch.schema.get_field_index("answers")).to_pylist()
+                if without := sum(1 for a in answers if not a):  # (a metrics row only where there are any)
+                    counts["questions_without_answers"] += without
         writer.close()
         _refuse_duplicate_questions(ws, tx.staged_files("questions"), source, source_path)
         if imported.passages is not None:
@@ -507,6 +515,7 @@ def _import_questions(ws: Workspace, imported: ImportedDataset, fmt: str, source
                                        questions_with_positive=counts["questions_with_positive"],
                                        passages=counts["passages"], qrels=counts["qrels"], replaced=replaced,
                                        kept=kept, skipped_duplicates=counts["skipped_duplicates"],
+                                       questions_without_answers=counts["questions_without_answers"],
                                        total=kept + counts["questions"])  # fmt: skip
         figures = [(split, key, value, None) for key, value in counts.items()]
         tx.write("metrics", _metric_rows(dataset, source, figures, {"format": fmt, "path": str(source_path)}),

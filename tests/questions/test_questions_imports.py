@@ -301,3 +301,43 @@ def test_truncated_real_question_file() -> None:
             import_questions("dpr-qas", path, "squad24", "dev").questions.to_table()
         line = int(str(info.value).split(":")[1])
         assert 1 < line < raw.count(b"\n")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "content"),
+    [
+        ("dpr-qas", "empty.qas.tsv", ""),
+        ("dpr-qas", "blank.qas.tsv", "\n\n"),
+        ("nq-open", "empty.jsonl", ""),
+        ("dpr-json", "empty.json", "[]"),
+        ("entityquestions", "P19.dev.json", "[ ]"),
+        ("squad", "empty-squad.json", '{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": []}]}]}'),
+    ],
+)
+def test_a_file_without_questions_is_refused(tmp_path: Path, fmt: str, name: str, content: str) -> None:
+    """An empty question file was imported as `questions: 0` with a source recorded, where an
+    empty passages file is refused: a file that brings nothing is the wrong file or format."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=rf"^{path}: no questions \(.*\); a question import must bring"):
+        import_questions(fmt, path, "d", "dev").questions.to_table()
+
+
+def test_beir_split_with_no_judged_query_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "7", "title": "T", "text": "Some text."}\n', "utf-8")
+    (tmp_path / "queries.jsonl").write_text('{"_id": "1", "text": "a claim"}\n', "utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n", "utf-8")
+    with pytest.raises(ImportFormatError, match=r"no query of queries.jsonl is judged in qrels/test.tsv"):
+        import_questions("beir", tmp_path, "d", "test").questions.to_table()
+
+
+@pytest.mark.parametrize("fmt", ["dpr-qas", "dpr-json", "nq-open", "squad"])
+def test_a_folder_for_a_file_format_is_refused_by_name(tmp_path: Path, fmt: str) -> None:
+    """A folder given to a one-file format failed with open()'s bare '[Errno 21] Is a directory'."""
+    with pytest.raises(ImportFormatError, match=rf"^{tmp_path}: a folder, but the {fmt} format reads one file"):
+        import_questions(fmt, tmp_path, "d", "dev").questions.to_table()
+    file = tmp_path / "corpus.jsonl"
+    file.write_text("{}\n", "utf-8")
+    with pytest.raises(ImportFormatError, match=r"a file, but the beir format reads a dataset folder"):
+        import_questions("beir", file, "d", "dev")
