@@ -130,6 +130,12 @@ def decoded_text(text: str, value: Any, where: str) -> Any:
     return value
 
 
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """What a JSON decoder found, for a message that adds its own position: Python's "Invalid
+    control character at" (a raw tab or line end inside a string) ends in an "at" of its own."""
+    return exc.msg.removesuffix(" at")
+
+
 def decode_json_line(line: str, path: Path, line_no: int) -> Any:
     """The JSON value of one line of a JSON Lines file; every error names the file and line."""
     where = f"{path}:{line_no}"
@@ -140,7 +146,7 @@ def decode_json_line(line: str, path: Path, line_no: int) -> Any:
     except RecursionError:
         raise too_deep(where) from None
     except json.JSONDecodeError as exc:
-        raise JsonFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise JsonFormatError(f"{where}: not valid JSON ({json_problem(exc)} at column {exc.colno})") from None
 
 
 class CompressedStreamError(JsonFormatError):

@@ -341,3 +341,11 @@ def test_a_folder_for_a_file_format_is_refused_by_name(tmp_path: Path, fmt: str)
     file.write_text("{}\n", "utf-8")
     with pytest.raises(ImportFormatError, match=r"a file, but the beir format reads a dataset folder"):
         import_questions("beir", file, "d", "dev")
+
+
+def test_a_raw_control_character_in_a_json_line_reads_cleanly(tmp_path: Path) -> None:
+    """A raw tab inside a JSON string: the message said 'Invalid control character at at column 16'."""
+    path = tmp_path / "dev.jsonl"
+    path.write_text('{"question": "a\tb", "answer": ["x"]}\n', encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=r":1: not valid JSON \(Invalid control character at column 16\)$"):
+        import_questions("nq-open", path, "d", "dev").questions.to_table()
