@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..storage.atomic import atomic_text_file
 from ..storage.ids import check_passage_id
-from .questions.jsonstream import BOM, JsonFormatError, decode_json_line
+from .questions.jsonstream import BOM, JsonFormatError, decode_json_line, title_text
 from .tsv_lines import Quoting, TsvLineError, tsv_fields
 
 DPR_TSV_HEADER = ["id", "text", "title"]
@@ -177,7 +177,10 @@ def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int
         if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
             raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text' (a string)")
         passage_id = check_passage_id(record["_id"], f"{path}:{line_no}")
-        title = str(record.get("title") or "")
+        try:
+            title = title_text(record.get("title"), f"{path}:{line_no}")
+        except JsonFormatError as exc:
+            raise PassageFormatError(str(exc)) from None
         rows.append(
             {
                 "passage_id": passage_id,

@@ -62,6 +62,7 @@ from .jsonstream import (
     read_lines,
     refuse_bom,
     refuse_unpaired_surrogates,
+    title_text,
     too_deep,
 )
 from .python_literals import literal_eval
@@ -204,7 +205,8 @@ def import_dpr_json(path: Path, dataset: str, split: str, max_bytes: int = MAX_R
         for where, _, record in records():
             for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
                 for ctx, at in _contexts(record, key, where):
-                    yield _passage(_context_id(ctx, at), str(ctx.get("title") or ""), ctx["text"], f"dpr-json:{path.name}")
+                    title = title_text(ctx.get("title"), at)
+                    yield _passage(_context_id(ctx, at), title, ctx["text"], f"dpr-json:{path.name}")
 
     return ImportedDataset(Batches(questions, QUESTION_SCHEMA, _no_questions(path, "its JSON array is empty")),
                            Batches(passages, PASSAGE_SCHEMA))
@@ -355,16 +357,19 @@ def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tupl
     if not isinstance(articles, list):
         raise ImportFormatError(f"{path}: expected SQuAD JSON with a top-level 'data' list")
     for a, article in enumerate(articles):
-        title = article.get("title", "") if isinstance(article, dict) else None
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             raise ImportFormatError(f"{path}: data[{a}] needs a 'paragraphs' list")
+        try:
+            title = title_text(article.get("title"), f"{path}: data[{a}]")
+        except JsonFormatError as exc:
+            raise ImportFormatError(str(exc)) from None
         for p, paragraph in enumerate(paragraphs):
             where = f"{path}: data[{a}].paragraphs[{p}]"
             if not isinstance(paragraph, dict) or not isinstance(paragraph.get("context"), str):
                 raise ImportFormatError(f"{where}: needs a 'context' string")
             passage_id = check_passage_id(f"{dataset}:{a}-{p}", f"{where} (named after --dataset)")
-            yield passage_id, str(title).replace("_", " "), paragraph["context"], paragraph, where
+            yield passage_id, title.replace("_", " "), paragraph["context"], paragraph, where
 
 
 def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
@@ -480,7 +485,7 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
             if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
                 raise ImportFormatError(f"{where}: expected an object with '_id', 'title' and 'text'")
             passage_id = _beir_passage_id(dataset, record["_id"], f"{where}: _id")
-            yield _passage(passage_id, str(record.get("title") or ""), record["text"], f"beir:{folder.name}")
+            yield _passage(passage_id, title_text(record.get("title"), where), record["text"], f"beir:{folder.name}")
 
     return ImportedDataset(
         Batches(questions, QUESTION_SCHEMA, _no_questions(folder, f"no query of queries.jsonl is judged in qrels/{split}.tsv")),

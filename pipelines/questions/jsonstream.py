@@ -130,6 +130,22 @@ def decoded_text(text: str, value: Any, where: str) -> Any:
     return value
 
 
+_JSON_TYPES = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}
+
+
+def title_text(value: Any, where: str) -> str:
+    """A passage title read from JSON: a string as it is, "" for a null or missing one (BEIR
+    corpora and DPR contexts have both). Any other value is refused, naming `where` and the JSON
+    type (never the value): `str()` of it made titles such as "None" or "['x']", and the reference
+    loaders fail on it later (BEIR's models add title and text as strings)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    kind = _JSON_TYPES.get(type(value), "value")
+    raise JsonFormatError(f"{where}: title must be a string (or null), got a JSON {kind}")
+
+
 def json_problem(exc: json.JSONDecodeError) -> str:
     """What a JSON decoder found, for a message that adds its own position: Python's "Invalid
     control character at" (a raw tab or line end inside a string) ends in an "at" of its own."""

@@ -77,3 +77,14 @@ def test_compressed_passage_file_is_refused_as_compressed(tmp_path: Path, suffix
         with pytest.raises(PassageFormatError, match=rf"{kind}-compressed file.*decompress it first") as info:
             list(read(target))
         assert str(info.value).startswith(f"{path}: ")
+
+
+def test_beir_corpus_title_must_be_a_string_or_null(tmp_path: Path) -> None:
+    """str() made a list title "['x']" and a title of 0 "" (falsy); null and missing stay ""."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "1", "title": null, "text": "a"}\n{"_id": "2", "text": "b"}\n', encoding="utf-8")
+    assert [r["title"] for r in _rows(read_beir_corpus(corpus))] == ["", ""]
+    corpus.write_text('{"_id": "1", "title": "T", "text": "a"}\n{"_id": "2", "title": ["x"], "text": "b"}\n',
+                      encoding="utf-8")
+    with pytest.raises(PassageFormatError, match=r"corpus.jsonl:2: title must be a string \(or null\), got a JSON array"):
+        list(read_beir_corpus(corpus))

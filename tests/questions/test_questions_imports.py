@@ -349,3 +349,25 @@ def test_a_raw_control_character_in_a_json_line_reads_cleanly(tmp_path: Path) ->
     path.write_text('{"question": "a\tb", "answer": ["x"]}\n', encoding="utf-8")
     with pytest.raises(ImportFormatError, match=r":1: not valid JSON \(Invalid control character at column 16\)$"):
         import_questions("nq-open", path, "d", "dev").questions.to_table()
+
+
+def test_titles_are_strings_or_null(tmp_path: Path) -> None:
+    """A null SQuAD title became the passage title "None" and a list "['x']" (str() of the value);
+    a null title now reads as "" (as BEIR's and DPR's missing titles do), any other non-string is refused."""
+    article = {"paragraphs": [{"context": "Paris is in France.",
+                               "qas": [{"id": "a", "question": "Where is Paris?", "answers": [{"text": "France"}]}]}]}
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{**article, "title": None}, article]}), encoding="utf-8")
+    titles = import_questions("squad", path, "sq", "dev").passages.to_table().column("title").to_pylist()
+    assert titles == ["", ""]
+    path.write_text(json.dumps({"data": [{**article, "title": ["x"]}]}), encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=r"data\[0\]: title must be a string \(or null\), got a JSON array"):
+        import_questions("squad", path, "sq", "dev").passages.to_table()
+    dpr = tmp_path / "train.dpr.json"
+    contexts = [{"text": "no title", "passage_id": "1"}, {"title": None, "text": "null title", "passage_id": "2"}]
+    dpr.write_text(json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": contexts}]), encoding="utf-8")
+    assert import_questions("dpr-json", dpr, "d", "train").passages.to_table().column("title").to_pylist() == ["", ""]
+    contexts.append({"title": 5, "text": "a number", "passage_id": "3"})
+    dpr.write_text(json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": contexts}]), encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=r"element 0, positive_ctxs\[2\]: title must be a string"):
+        import_questions("dpr-json", dpr, "d", "train").passages.to_table()
