@@ -310,6 +310,9 @@ def import_entityquestions(path: Path, dataset: str, split: str, max_bytes: int 
     for file in files:
         if not _EQ_FILE.match(file.name):
             raise ImportFormatError(f"{file}: EntityQuestions file names look like P19.dev.json (relation first)")
+        if not file.is_file():  # else open() fails with a bare "[Errno 21]" or "[Errno 40]"
+            raise ImportFormatError(f"{file}: not a file (a folder, or a link that leads to none: broken or a loop); "
+                                    "every P*.json of an EntityQuestions folder is read as a JSON file")  # fmt: skip
 
     def questions() -> Iterator[dict[str, Any]]:
         for file in files:

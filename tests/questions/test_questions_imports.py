@@ -371,3 +371,15 @@ def test_titles_are_strings_or_null(tmp_path: Path) -> None:
     dpr.write_text(json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": contexts}]), encoding="utf-8")
     with pytest.raises(ImportFormatError, match=r"element 0, positive_ctxs\[2\]: title must be a string"):
         import_questions("dpr-json", dpr, "d", "train").passages.to_table()
+
+
+def test_entityquestions_folder_entry_that_is_no_file_is_named(tmp_path: Path) -> None:
+    """A P*.json in the folder that is a folder or a link loop failed with a bare errno message."""
+    (tmp_path / "P19.dev.json").write_text(json.dumps([{"question": "Where was X born?", "answers": ["Y"]}]), "utf-8")
+    (tmp_path / "P20.dev.json").mkdir()
+    with pytest.raises(ImportFormatError, match=r"P20.dev.json: not a file \(a folder, or a link"):
+        import_questions("entityquestions", tmp_path, "eq", "dev")
+    (tmp_path / "P20.dev.json").rmdir()
+    (tmp_path / "P20.dev.json").symlink_to(tmp_path / "P20.dev.json")
+    with pytest.raises(ImportFormatError, match=r"P20.dev.json: not a file"):
+        import_questions("entityquestions", tmp_path, "eq", "dev")
