@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..storage.atomic import atomic_text_file
 from ..storage.ids import check_passage_id
-from .questions.jsonstream import BOM, JsonFormatError, decode_json_line
+from .questions.jsonstream import BOM, JsonFormatError, decode_json_line, title_text
 from .tsv_lines import Quoting, TsvLineError, tsv_fields
 
 DPR_TSV_HEADER = ["id", "text", "title"]
@@ -65,6 +65,21 @@ class _Positions:
         return position
 
 
+# The first bytes of the compressed files a passage corpus ships as (DPR's psgs_w100.tsv.gz).
+_COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ": "xz", b"PK\x03\x04": "zip"}
+
+
+def _refuse_compressed(path: Path, first: bytes) -> None:
+    """Refuse a compressed file by its first bytes: passages are read uncompressed, and without
+    this check DPR's psgs_w100.tsv.gz was refused as 'not UTF-8 at byte 2', which hides why."""
+    for magic, kind in _COMPRESSED_MAGIC.items():
+        if first.startswith(magic) and (kind != "bz2" or first[4:10] == b"1AY&SY"):
+            raise PassageFormatError(
+                f"{path}: a {kind}-compressed file (its first bytes are {kind}'s); passage files are read "
+                "uncompressed: decompress it first (gunzip -k, bunzip2 -k, unxz -k, unzip; `odqa fetch` unpacks DPR's psgs_w100.tsv.gz)"
+            )
+
+
 def _lines(path: Path, max_bytes: int, opened: BinaryIO | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line, read in binary with a bounded length and decoded here, so
     that an over-long record costs at most `max_bytes` of memory and a bad byte names its line.
@@ -74,6 +89,8 @@ def _lines(path: Path, max_bytes: int, opened: BinaryIO | None = None) -> Iterat
             raw = handle.readline(max_bytes + 2)
             if not raw:
                 return
+            if number == 1:
+                _refuse_compressed(path, raw)
             if len(raw.rstrip(b"\r\n")) > max_bytes:
                 raise PassageFormatError(
                     f"{path}:{number}: record longer than {max_bytes:,} bytes, the import limit "
@@ -160,7 +177,10 @@ def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int
         if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
             raise PassageFormatError(f"{path}:{line_no}: expected an object with '_id' and 'text' (a string)")
         passage_id = check_passage_id(record["_id"], f"{path}:{line_no}")
-        title = str(record.get("title") or "")
+        try:
+            title = title_text(record.get("title"), f"{path}:{line_no}")
+        except JsonFormatError as exc:
+            raise PassageFormatError(str(exc)) from None
         rows.append(
             {
                 "passage_id": passage_id,

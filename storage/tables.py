@@ -5,7 +5,8 @@ and commit makes them visible together by switching the snapshot. Replacing a ta
 one *source* (e.g. the Wikipedia dump, an imported corpus) drops that source's old parts in the
 same switch, which is what makes re-running a stage idempotent. A resumable transaction keeps its
 staging folder, keyed by stage and fingerprint, across a crash, so the re-run can skip parts that
-were already finished.
+were already finished; any other transaction's staging folder is held by its process
+(`owned_dirs`), so one left by a killed run is removed by the next transaction.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 from .atomic import atomic_write_text, slug, write_parquet_atomic
 from .catalog import refresh_catalog
 from .locks import writer_lock
+from .owned_dirs import OWNER_FILE, OwnedDir
 from .schemas import conform, schema_for
 from .snapshot import (
     FileEntry,
@@ -114,13 +116,17 @@ class Transaction:
             self._lock.enter_context(writer_lock(root, f"stage:{stage}", f"the stage {stage!r}"))
             name = f"{slug(stage)}-{fingerprint[:16]}"
             for old in staging_root.glob(f"{slug(stage)}-*"):  # an earlier attempt with other inputs
-                if old.name != name:
+                if old.name != name and not (old / OWNER_FILE).exists():  # (not another run's own folder)
                     shutil.rmtree(old, ignore_errors=True)
-        else:
-            name = f"{slug(stage)}-{uuid.uuid4().hex[:12]}"
         self.resumable = resumable
-        self.staging = staging_root / name
-        self.staging.mkdir(parents=True, exist_ok=True)
+        self._owned: OwnedDir | None = None
+        if resumable:
+            self.staging = staging_root / name
+            self.staging.mkdir(parents=True, exist_ok=True)
+        else:  # held by this process; a killed run's folder is reclaimed by the next transaction
+            self._owned = OwnedDir.create(staging_root, f"{slug(stage)}-{uuid.uuid4().hex[:12]}")
+            self._lock.callback(self._owned.release)
+            self.staging = self._owned.path
         self._txid = uuid.uuid4().hex[:12]
         self._closed = False
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import pyarrow as pa
 
 from . import catalog, tables
 from .atomic import slug
+from .owned_dirs import OwnedDir
 from .snapshot import Snapshot, StageRecord, load_snapshot
 from .workspace_marker import claim_workspace, mark_workspace, require_workspace, workspace_root
 
@@ -91,13 +93,17 @@ class Workspace:
         """The plots whose names start with `prefix`, sorted."""
         return sorted(self.plots_dir.glob(f"{slug(prefix, 'plot')}*.png"))
 
-    def scratch_dir(self, purpose: str) -> Path:
-        """A new folder for one stage's temporary files, on the workspace's disk (the caller removes it)."""
-        import uuid
+    @contextlib.contextmanager
+    def scratch(self, purpose: str) -> Iterator[Path]:
+        """A new folder for one stage's temporary files, on the workspace's disk, removed on exit.
 
-        path = self.tmp_dir / f"{slug(purpose, 'work')}-{uuid.uuid4().hex[:8]}"
-        path.mkdir()
-        return path
+        The folder is held by this process (`owned_dirs`): one left by a killed run (a DuckDB
+        spill of a large import, gigabytes) is removed by the next stage that makes one."""
+        owned = OwnedDir.create(self.tmp_dir, f"{slug(purpose, 'work')}-{uuid.uuid4().hex[:8]}")
+        try:
+            yield owned.path
+        finally:
+            owned.release()
 
     @property
     def cache_dir(self) -> Path:

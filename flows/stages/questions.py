@@ -19,7 +19,6 @@ that stays down, a malformed line) leaves the workspace exactly as it was.
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -106,7 +105,9 @@ class PaqQuestionsReport(Report):
 class ImportQuestionsReport(Report):
     """What an import did to the questions table: rows added (`questions`), replaced (this
     source's old rows), kept (other sources' rows), skipped (duplicates under --on-duplicate
-    keep-existing), total; and the passages and qrels the file brought."""
+    keep-existing), total; the passages and qrels the file brought; and the questions added with
+    an empty answers list (`[]` in the file: answer-based R@K and distant supervision cannot use
+    them, so they are counted rather than passed over in silence)."""
 
     format: str
     path: str
@@ -120,12 +121,14 @@ class ImportQuestionsReport(Report):
     kept: int = 0
     skipped_duplicates: int = 0
     total: int = 0
+    questions_without_answers: int = 0
 
     def as_figures(self) -> dict[str, Any]:
-        """The figures, without `skipped_duplicates` when no row was skipped (the usual case)."""
+        """The figures, without `skipped_duplicates` and `questions_without_answers` when 0 (the usual case)."""
         figures = super().as_figures()
-        if not self.skipped_duplicates:
-            figures.pop("skipped_duplicates", None)
+        for key in ("skipped_duplicates", "questions_without_answers"):
+            if not getattr(self, key):
+                figures.pop(key, None)
         return figures
 
 
@@ -341,11 +344,8 @@ def paq_questions_flow(
     done = finished_report(ws, stage, stage_fp, PaqQuestionsReport, "same file and parameters")
     if done is not None:
         return done
-    tmp = ws.scratch_dir("paq")
-    try:
+    with ws.scratch("paq") as tmp:
         result = sample_paq(source_path, tmp, dataset, config)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     report = PaqQuestionsReport(dataset=dataset, path=str(source_path), sample=dict(result.report))
     figures = [(None, key, value, None) for key, value in result.report.items()]
     with ws.transaction(stage, fingerprint=stage_fp) as tx:
@@ -472,52 +472,53 @@ def _import_questions(ws: Workspace, imported: ImportedDataset, fmt: str, source
         others = [ws.root / e.path for e in ws.snapshot().files("questions") if e.source != source]
         ids = [pq.read_table(path, columns=["question_id"]).column("question_id") for path in others]
         existing = pa.chunked_array([c for column in ids for c in column.chunks], pa.string()).combine_chunks()
-    tmp = ws.scratch_dir("import-questions")
-    try:
-        with ws.transaction(source, fingerprint=stage_fp) as tx:
-            for table in ("questions", "passages", "qrels", "metrics"):
-                tx.replace_source(table, source)
-            writer = tx.writer("questions", source=source, prefix="questions")
-            for batch in imported.questions:
-                if existing is not None:
-                    kept_rows = pc.invert(pc.is_in(batch.column("question_id"), value_set=existing))
-                    counts["skipped_duplicates"] += batch.num_rows
-                    batch = batch.filter(kept_rows)
-                    counts["skipped_duplicates"] -= batch.num_rows
-                writer.write(batch)
-                counts["questions"] += batch.num_rows
-                positives = batch.column(batch.schema.get_field_index("positive_ids")).to_pylist()
-                counts["questions_with_positive"] += sum(1 for ids in positives if ids)
+    with ws.scratch("import-questions") as tmp, ws.transaction(source, fingerprint=stage_fp) as tx:
+        for table in ("questions", "passages", "qrels", "metrics"):
+            tx.replace_source(table, source)
+        writer = tx.writer("questions", source=source, prefix="questions")
+        for batch in imported.questions:
+            if existing is not None:
+                kept_rows = pc.invert(pc.is_in(batch.column("question_id"), value_set=existing))
+                counts["skipped_duplicates"] += batch.num_rows
+                batch = batch.filter(kept_rows)
+                counts["skipped_duplicates"] -= batch.num_rows
+            writer.write(batch)
+            counts["questions"] += batch.num_rows
+            positives = batch.column(batch.schema.get_field_index("positive_ids")).to_pylist()
+            counts["questions_with_positive"] += sum(1 for ids in positives if ids)
+            if fmt != "beir":  # BEIR judges passages and brings no answers; the others bring them
+                answers = batch.column(batch.schema.get_field_index("answers")).to_pylist()
+                if without := sum(1 for a in answers if not a):  # (a metrics row only where there are any)
+                    counts["questions_without_answers"] += without
+        writer.close()
+        _refuse_duplicate_questions(ws, tx.staged_files("questions"), source, source_path)
+        if imported.passages is not None:
+            others = passage_files(ws, except_source=source)
+            writer = tx.writer("passages", source=source, prefix="passages")
+            for batch in dedupe_passages(imported.passages, tmp, memory_limit, exclude=others,
+                                         keep_existing=keep_existing):  # fmt: skip
+                writer.write(batch.drop_columns(["source"]).append_column(
+                    "source", pa.array([source] * batch.num_rows, pa.string())))  # fmt: skip
+                counts["passages"] += batch.num_rows
             writer.close()
-            _refuse_duplicate_questions(ws, tx.staged_files("questions"), source, source_path)
-            if imported.passages is not None:
-                others = passage_files(ws, except_source=source)
-                writer = tx.writer("passages", source=source, prefix="passages")
-                for batch in dedupe_passages(imported.passages, tmp, memory_limit, exclude=others,
-                                             keep_existing=keep_existing):  # fmt: skip
-                    writer.write(batch.drop_columns(["source"]).append_column(
-                        "source", pa.array([source] * batch.num_rows, pa.string())))  # fmt: skip
-                    counts["passages"] += batch.num_rows
-                writer.close()
-            if imported.qrels is not None:
-                writer = tx.writer("qrels", source=source, prefix="qrels")
-                for batch in imported.qrels:
-                    writer.write(batch)
-                    counts["qrels"] += batch.num_rows
-                writer.close()
-            entries = ws.snapshot().files("questions")
-            replaced = sum(e.rows for e in entries if e.source == source)
-            kept = sum(e.rows for e in entries if e.source != source)
-            report = ImportQuestionsReport(format=fmt, path=str(source_path), dataset=dataset, split=split,
-                                           questions=counts["questions"],
-                                           questions_with_positive=counts["questions_with_positive"],
-                                           passages=counts["passages"], qrels=counts["qrels"], replaced=replaced,
-                                           kept=kept, skipped_duplicates=counts["skipped_duplicates"],
-                                           total=kept + counts["questions"])  # fmt: skip
-            figures = [(split, key, value, None) for key, value in counts.items()]
-            tx.write("metrics", _metric_rows(dataset, source, figures, {"format": fmt, "path": str(source_path)}),
-                     source=source)  # fmt: skip
-            tx.report = report.ledger()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if imported.qrels is not None:
+            writer = tx.writer("qrels", source=source, prefix="qrels")
+            for batch in imported.qrels:
+                writer.write(batch)
+                counts["qrels"] += batch.num_rows
+            writer.close()
+        entries = ws.snapshot().files("questions")
+        replaced = sum(e.rows for e in entries if e.source == source)
+        kept = sum(e.rows for e in entries if e.source != source)
+        report = ImportQuestionsReport(format=fmt, path=str(source_path), dataset=dataset, split=split,
+                                       questions=counts["questions"],
+                                       questions_with_positive=counts["questions_with_positive"],
+                                       passages=counts["passages"], qrels=counts["qrels"], replaced=replaced,
+                                       kept=kept, skipped_duplicates=counts["skipped_duplicates"],
+                                       questions_without_answers=counts["questions_without_answers"],
+                                       total=kept + counts["questions"])  # fmt: skip
+        figures = [(split, key, value, None) for key, value in counts.items()]
+        tx.write("metrics", _metric_rows(dataset, source, figures, {"format": fmt, "path": str(source_path)}),
+                 source=source)  # fmt: skip
+        tx.report = report.ledger()
     return report

@@ -62,6 +62,7 @@ from .jsonstream import (
     read_lines,
     refuse_bom,
     refuse_unpaired_surrogates,
+    title_text,
     too_deep,
 )
 from .python_literals import literal_eval
@@ -83,11 +84,18 @@ class ImportFormatError(ValueError):
 
 
 class Batches:
-    """A re-iterable stream of record batches: each iteration re-reads the source."""
+    """A re-iterable stream of record batches: each iteration re-reads the source.
 
-    def __init__(self, produce: Callable[[], Iterator[dict[str, Any]]], schema: pa.Schema) -> None:
+    `empty`: the error for a source without a single record (a question file of none is refused,
+    as an empty passages file is: an import that reads nothing is a wrong file or format, and a
+    report of `questions: 0` would go unnoticed); None where no record is fine (a file's contexts).
+    """
+
+    def __init__(self, produce: Callable[[], Iterator[dict[str, Any]]], schema: pa.Schema,
+                 empty: str | None = None) -> None:  # fmt: skip
         self._produce = produce
         self.schema = schema
+        self._empty = empty
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self.batches(BATCH_ROWS)
@@ -95,14 +103,18 @@ class Batches:
     def batches(self, size: int) -> Iterator[pa.RecordBatch]:
         """The stream in batches of ``size`` records (a small first batch checks a file's head)."""
         rows: list[dict[str, Any]] = []
+        produced = False
         try:
             for row in self._produce():
                 rows.append(row)
+                produced = True
                 if len(rows) >= size:
                     yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
                     rows = []
         except JsonFormatError as exc:
             raise ImportFormatError(str(exc)) from None
+        if not produced and self._empty is not None:
+            raise ImportFormatError(self._empty)
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
 
@@ -117,6 +129,12 @@ class ImportedDataset:
     questions: Batches
     passages: Batches | None = None
     qrels: Batches | None = None
+
+
+def _no_questions(path: Path, why: str) -> str:
+    """The refusal of a question source without a single question (`Batches`' `empty`)."""
+    return (f"{path}: no questions ({why}); a question import must bring at least one: "
+            "is this the right file and --format?")  # fmt: skip
 
 
 def _answers(value: Any, where: str) -> list[str]:
@@ -187,9 +205,11 @@ def import_dpr_json(path: Path, dataset: str, split: str, max_bytes: int = MAX_R
         for where, _, record in records():
             for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
                 for ctx, at in _contexts(record, key, where):
-                    yield _passage(_context_id(ctx, at), str(ctx.get("title") or ""), ctx["text"], f"dpr-json:{path.name}")
+                    title = title_text(ctx.get("title"), at)
+                    yield _passage(_context_id(ctx, at), title, ctx["text"], f"dpr-json:{path.name}")
 
-    return ImportedDataset(Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA))
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA, _no_questions(path, "its JSON array is empty")),
+                           Batches(passages, PASSAGE_SCHEMA))
 
 
 def _passage(passage_id: str, title: str, text: str, source: str) -> dict[str, Any]:
@@ -255,7 +275,7 @@ def import_dpr_qas(path: Path, dataset: str, split: str, max_bytes: int = MAX_RE
                 answers=_literal_list(row[1], where),
             )
 
-    return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA, _no_questions(path, "no line holds a question")))
 
 
 # --- nq-open --------------------------------------------------------------------------------
@@ -277,7 +297,7 @@ def import_nq_open(path: Path, dataset: str, split: str, max_bytes: int = MAX_RE
                 answers=_answers([answer] if isinstance(answer, str) else answer, where),
             )
 
-    return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA, _no_questions(path, "no line holds a question")))
 
 
 # --- entityquestions ------------------------------------------------------------------------
@@ -290,6 +310,9 @@ def import_entityquestions(path: Path, dataset: str, split: str, max_bytes: int 
     for file in files:
         if not _EQ_FILE.match(file.name):
             raise ImportFormatError(f"{file}: EntityQuestions file names look like P19.dev.json (relation first)")
+        if not file.is_file():  # else open() fails with a bare "[Errno 21]" or "[Errno 40]"
+            raise ImportFormatError(f"{file}: not a file (a folder, or a link that leads to none: broken or a loop); "
+                                    "every P*.json of an EntityQuestions folder is read as a JSON file")  # fmt: skip
 
     def questions() -> Iterator[dict[str, Any]]:
         for file in files:
@@ -307,7 +330,7 @@ def import_entityquestions(path: Path, dataset: str, split: str, max_bytes: int 
                     relation=relation,
                 )
 
-    return ImportedDataset(Batches(questions, QUESTION_SCHEMA))
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA, _no_questions(path, "its JSON arrays are empty")))
 
 
 # --- squad ----------------------------------------------------------------------------------
@@ -337,16 +360,19 @@ def _squad_paragraphs(path: Path, dataset: str, max_bytes: int) -> Iterator[tupl
     if not isinstance(articles, list):
         raise ImportFormatError(f"{path}: expected SQuAD JSON with a top-level 'data' list")
     for a, article in enumerate(articles):
-        title = article.get("title", "") if isinstance(article, dict) else None
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             raise ImportFormatError(f"{path}: data[{a}] needs a 'paragraphs' list")
+        try:
+            title = title_text(article.get("title"), f"{path}: data[{a}]")
+        except JsonFormatError as exc:
+            raise ImportFormatError(str(exc)) from None
         for p, paragraph in enumerate(paragraphs):
             where = f"{path}: data[{a}].paragraphs[{p}]"
             if not isinstance(paragraph, dict) or not isinstance(paragraph.get("context"), str):
                 raise ImportFormatError(f"{where}: needs a 'context' string")
             passage_id = check_passage_id(f"{dataset}:{a}-{p}", f"{where} (named after --dataset)")
-            yield passage_id, str(title).replace("_", " "), paragraph["context"], paragraph, where
+            yield passage_id, title.replace("_", " "), paragraph["context"], paragraph, where
 
 
 def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECORD_BYTES) -> ImportedDataset:
@@ -372,7 +398,8 @@ def import_squad(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECO
         for passage_id, title, context, _, _ in _squad_paragraphs(path, dataset, max_bytes):
             yield _passage(passage_id, title, context, f"squad:{path.name}")
 
-    return ImportedDataset(Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA))
+    return ImportedDataset(Batches(questions, QUESTION_SCHEMA, _no_questions(path, "no paragraph has a question")),
+                           Batches(passages, PASSAGE_SCHEMA))
 
 
 # --- beir -----------------------------------------------------------------------------------
@@ -461,12 +488,17 @@ def import_beir(path: Path, dataset: str, split: str, max_bytes: int = MAX_RECOR
             if not isinstance(record, dict) or "_id" not in record or not isinstance(record.get("text"), str):
                 raise ImportFormatError(f"{where}: expected an object with '_id', 'title' and 'text'")
             passage_id = _beir_passage_id(dataset, record["_id"], f"{where}: _id")
-            yield _passage(passage_id, str(record.get("title") or ""), record["text"], f"beir:{folder.name}")
+            yield _passage(passage_id, title_text(record.get("title"), where), record["text"], f"beir:{folder.name}")
 
     return ImportedDataset(
-        Batches(questions, QUESTION_SCHEMA), Batches(passages, PASSAGE_SCHEMA), Batches(qrels, QREL_SCHEMA)
+        Batches(questions, QUESTION_SCHEMA, _no_questions(folder, f"no query of queries.jsonl is judged in qrels/{split}.tsv")),
+        Batches(passages, PASSAGE_SCHEMA),
+        Batches(qrels, QREL_SCHEMA),
     )
 
+
+# The formats that read a folder: every P*.json of an EntityQuestions split, a BEIR dataset.
+FOLDER_FORMATS = ("entityquestions", "beir")
 
 IMPORTERS: dict[str, Callable[[Path, str, str, int], ImportedDataset]] = {
     "dpr-json": import_dpr_json,
@@ -490,6 +522,12 @@ def import_questions(fmt: str, path: Path, dataset: str, split: str, max_record_
         importer = partial(importer, quoting=quoting)
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
+    if Path(path).is_dir() and fmt not in FOLDER_FORMATS:  # else open() fails with a bare "[Errno 21]"
+        raise ImportFormatError(f"{path}: a folder, but the {fmt} format reads one file (a folder is read by "
+                                f"{' and '.join(FOLDER_FORMATS)}); give the file's path")  # fmt: skip
+    if not Path(path).is_dir() and fmt == "beir":
+        raise ImportFormatError(f"{path}: a file, but the beir format reads a dataset folder (corpus.jsonl, "
+                                "queries.jsonl, qrels/SPLIT.tsv); give the folder's path")  # fmt: skip
     return importer(Path(path), dataset, split, max_record_bytes)
 
 

@@ -25,6 +25,9 @@ whitespace after it (a second array) is refused, not dropped.
 Every record (a line, or an element of an array) is bounded by ``MAX_RECORD_BYTES`` (a
 caller's ``max_bytes``) while it is read, so one malformed huge record costs that much memory at
 most; bytes that are not UTF-8 are refused naming the file and the line (or character offset).
+A `.gz` or `.bz2` file is read through its decompressor; one cut short (an interrupted download)
+or not compressed as its name says is refused naming the file and the line it was read to
+(`CompressedStreamError`), where gzip and bz2 themselves raise an `EOFError` that names neither.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import itertools
 import json
 import re
 import sys
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -126,6 +130,28 @@ def decoded_text(text: str, value: Any, where: str) -> Any:
     return value
 
 
+_JSON_TYPES = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}
+
+
+def title_text(value: Any, where: str) -> str:
+    """A passage title read from JSON: a string as it is, "" for a null or missing one (BEIR
+    corpora and DPR contexts have both). Any other value is refused, naming `where` and the JSON
+    type (never the value): `str()` of it made titles such as "None" or "['x']", and the reference
+    loaders fail on it later (BEIR's models add title and text as strings)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    kind = _JSON_TYPES.get(type(value), "value")
+    raise JsonFormatError(f"{where}: title must be a string (or null), got a JSON {kind}")
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """What a JSON decoder found, for a message that adds its own position: Python's "Invalid
+    control character at" (a raw tab or line end inside a string) ends in an "at" of its own."""
+    return exc.msg.removesuffix(" at")
+
+
 def decode_json_line(line: str, path: Path, line_no: int) -> Any:
     """The JSON value of one line of a JSON Lines file; every error names the file and line."""
     where = f"{path}:{line_no}"
@@ -136,27 +162,91 @@ def decode_json_line(line: str, path: Path, line_no: int) -> Any:
     except RecursionError:
         raise too_deep(where) from None
     except json.JSONDecodeError as exc:
-        raise JsonFormatError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        raise JsonFormatError(f"{where}: not valid JSON ({json_problem(exc)} at column {exc.colno})") from None
+
+
+class CompressedStreamError(JsonFormatError):
+    """A .gz/.bz2 file whose compressed stream cannot be read on: cut short, or not that format.
+
+    ``detail`` says what, without the file's name, so that a line reader can put the line it was
+    reading in front of it (``FILE:LINE: detail``); ``str()`` is ``FILE: detail``.
+    """
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = path
+        self.detail = detail
+
+
+class _Decompressed(io.BufferedIOBase):
+    """The decompressed bytes of a .gz/.bz2 file, with the errors of a broken stream named.
+
+    gzip and bz2 raise ``EOFError("Compressed file ended before the end-of-stream marker was
+    reached")`` for a cut file and ``OSError`` ("Not a gzipped file", "Invalid data stream") or
+    ``zlib.error`` for bytes of another kind, none naming the file. A truncated download is the
+    common bad input here, so each is turned into a `CompressedStreamError` naming the file, the
+    compression and how many bytes were read before it.
+    """
+
+    def __init__(self, path: Path, kind: str, inner: io.BufferedIOBase) -> None:
+        super().__init__()
+        self._path, self._kind, self._inner = path, kind, inner
+        self._delivered = 0  # uncompressed bytes returned so far
+
+    def readable(self) -> bool:
+        return True
+
+    def _guarded(self, read: Callable[[int], bytes], size: int) -> bytes:
+        try:
+            data = read(size)
+        except EOFError:
+            raise CompressedStreamError(
+                self._path, f"the {self._kind} stream ends before its end marker, after {self._delivered:,} "
+                "uncompressed bytes: the file is cut short (an interrupted download or copy?)") from None  # fmt: skip
+        except gzip.BadGzipFile:  # its message quotes the file's first bytes: say it without them
+            raise CompressedStreamError(
+                self._path, f"not gzip data after {self._delivered:,} uncompressed bytes (no gzip header, bytes "
+                "1f 8b, where one was due), though the name ends in .gz: is the file compressed that way?") from None  # fmt: skip
+        except (OSError, zlib.error) as exc:
+            raise CompressedStreamError(
+                self._path, f"not readable as {self._kind} data after {self._delivered:,} uncompressed bytes "
+                f"({exc}); the name ends in {self._path.suffix}: is the file compressed that way?") from None  # fmt: skip
+        self._delivered += len(data)
+        return data
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._guarded(self._inner.read, -1 if size is None else size)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._guarded(self._inner.read1, size)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._guarded(self._inner.readline, -1 if size is None else size)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+def open_binary(path: Path) -> io.BufferedIOBase:
+    """Open a (possibly .gz/.bz2 compressed) file for reading bytes; a broken compressed stream
+    raises `CompressedStreamError` naming the file."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return _Decompressed(path, "gzip", gzip.open(path, "rb"))
+    if path.suffix == ".bz2":
+        return _Decompressed(path, "bz2", bz2.open(path, "rb"))
+    return open(path, "rb")  # noqa: SIM115 (the caller closes it)
 
 
 def open_text(path: Path) -> TextIO:
     """Open a (possibly .gz/.bz2 compressed) UTF-8 text file; real dumps ship compressed."""
     path = Path(path)
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    if path.suffix == ".bz2":
-        return io.TextIOWrapper(bz2.open(path, "rb"), encoding="utf-8")
+    if path.suffix in (".gz", ".bz2"):
+        return io.TextIOWrapper(open_binary(path), encoding="utf-8")
     return open(path, encoding="utf-8")
-
-
-def open_binary(path: Path) -> io.BufferedIOBase:
-    """Open a (possibly .gz/.bz2 compressed) file for reading bytes."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
-    if path.suffix == ".bz2":
-        return bz2.open(path, "rb")
-    return open(path, "rb")  # noqa: SIM115 (the caller closes it)
 
 
 def read_lines(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, str]]:
@@ -164,7 +254,10 @@ def read_lines(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> Iterator[tuple[
     so an over-long record costs at most ``max_bytes`` and a bad byte names its line."""
     with open_binary(path) as handle:
         for number in itertools.count(1):
-            raw = handle.readline(max_bytes + 2)
+            try:
+                raw = handle.readline(max_bytes + 2)
+            except CompressedStreamError as exc:
+                raise JsonFormatError(f"{path}:{number}: {exc.detail}") from None
             if not raw:
                 return
             if len(raw.rstrip(b"\r\n")) > max_bytes:

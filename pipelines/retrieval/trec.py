@@ -75,7 +75,7 @@ def read_trec_run(path: Path, first_lines: int | None = None) -> pa.Table:
 
     Blank lines and `#` comments are skipped, columns after the sixth ignored (as trec_eval
     does); a malformed line or a passage listed twice for one question is an error naming the
-    file and line. ``first_lines``: read only that many lines (a check of the file's head before
+    file and line, and so is a file without a single result. ``first_lines``: read only that many lines (a check of the file's head before
     the whole import).
     """
     path = Path(path)
@@ -83,9 +83,11 @@ def read_trec_run(path: Path, first_lines: int | None = None) -> pa.Table:
     pids: list[str] = []
     scores: list[float] = []
     seen: dict[tuple[str, str], int] = {}
+    whole = True  # the file was read to its end
     with open(path, "rb") as lines:
         for number, raw in enumerate(lines, start=1):
             if first_lines is not None and number > first_lines:
+                whole = False
                 break
             fields = _fields(path, number, raw)
             if not fields or fields[0].startswith("#"):
@@ -113,6 +115,9 @@ def read_trec_run(path: Path, first_lines: int | None = None) -> pa.Table:
             qids.append(qid)
             pids.append(pid)
             scores.append(value)
+    if whole and not qids:  # else the import reported a run of 0 rows that no verb then found
+        raise TrecFormatError(f"{path}: no results (an empty file, or only blank and '#' lines); a run file holds one "
+                              "line 'qid Q0 docid rank score tag' per retrieved passage")  # fmt: skip
     table = pa.table(
         {
             "question_id": qids,

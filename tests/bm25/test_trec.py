@@ -86,3 +86,15 @@ def test_ids_with_whitespace_are_refused_and_nothing_is_left(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="run tag"):
         write_trec_run([run_rows()], path, tag="two words")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "# a run without results\n\n# nothing\n"])
+def test_a_run_file_without_results_is_refused(tmp_path: Path, content: str) -> None:
+    """`odqa import run` of an empty file reported 'done, rows: 0', and then no verb found the run."""
+    path = tmp_path / "empty.trec"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(TrecFormatError, match=rf"^{path}: no results \(an empty file"):
+        read_trec_run(path)
+    long = tmp_path / "late.trec"  # comments past the head check's lines, results after them
+    long.write_text("# c\n" * 150 + "q1 Q0 p1 1 2.0 run\n", encoding="utf-8")
+    assert read_trec_run(long, first_lines=100).num_rows == 0 and read_trec_run(long).num_rows == 1

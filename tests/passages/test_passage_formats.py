@@ -61,3 +61,30 @@ def test_beir_corpus_reads_folder_and_reports_bad_line(tmp_path: Path) -> None:
     (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": \n', encoding="utf-8")
     with pytest.raises(PassageFormatError, match=r"corpus.jsonl:2: not valid JSON"):
         list(read_beir_corpus(tmp_path))
+
+
+@pytest.mark.parametrize(("suffix", "kind"), [(".gz", "gzip"), (".bz2", "bz2")])
+def test_compressed_passage_file_is_refused_as_compressed(tmp_path: Path, suffix: str, kind: str) -> None:
+    """DPR ships psgs_w100.tsv.gz; read as it is, it was refused as 'not UTF-8 at byte 2', which
+    hides that the file only needs decompressing."""
+    import bz2
+    import gzip
+
+    compress = gzip.compress if kind == "gzip" else bz2.compress
+    path = tmp_path / f"psgs_w100.tsv{suffix}"
+    path.write_bytes(compress(DPR_TSV.encode("utf-8")))
+    for read, target in ((read_dpr_tsv, path), (read_beir_corpus, path)):
+        with pytest.raises(PassageFormatError, match=rf"{kind}-compressed file.*decompress it first") as info:
+            list(read(target))
+        assert str(info.value).startswith(f"{path}: ")
+
+
+def test_beir_corpus_title_must_be_a_string_or_null(tmp_path: Path) -> None:
+    """str() made a list title "['x']" and a title of 0 "" (falsy); null and missing stay ""."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "1", "title": null, "text": "a"}\n{"_id": "2", "text": "b"}\n', encoding="utf-8")
+    assert [r["title"] for r in _rows(read_beir_corpus(corpus))] == ["", ""]
+    corpus.write_text('{"_id": "1", "title": "T", "text": "a"}\n{"_id": "2", "title": ["x"], "text": "b"}\n',
+                      encoding="utf-8")
+    with pytest.raises(PassageFormatError, match=r"corpus.jsonl:2: title must be a string \(or null\), got a JSON array"):
+        list(read_beir_corpus(corpus))

@@ -153,3 +153,19 @@ def test_import_questions_formats(cli, workspace, tmp_path) -> None:
     failed = cli(*ws, "import", "questions", "--format", "nq-open", "--dataset", "bad", "--split", "dev", str(bad), ok=False)
     assert failed.exit_code == 1 and "bad.jsonl:2" in failed.output
     assert workspace.sql("SELECT count(*) AS n FROM questions WHERE dataset = 'bad'").to_pylist() == [{"n": 0}]
+
+
+def test_import_counts_questions_without_answers(cli, workspace, tmp_path) -> None:
+    """An empty answers list is imported (the question is real) but counted in the report and
+    metrics: answer-based R@K and distant supervision cannot use it, and it used to pass unseen."""
+    ws = ["--workspace", str(workspace.root)]
+    qas = tmp_path / "dev.qas.tsv"
+    qas.write_text('who wrote hamlet?\t["Shakespeare"]\nwho wrote nothing?\t[]\nwhat is x?\t[]\n', "utf-8")
+    result = cli(*ws, "import", "questions", "--format", "dpr-qas", "--dataset", "d", "--split", "dev", str(qas))
+    assert "questions: 3" in result.output and "questions_without_answers: 2" in result.output
+    rows = workspace.sql("SELECT value FROM metrics WHERE metric = 'questions_without_answers'").to_pylist()
+    assert rows == [{"value": 2.0}]
+    full = tmp_path / "full.qas.tsv"
+    full.write_text('who wrote hamlet?\t["Shakespeare"]\n', "utf-8")
+    shown = cli(*ws, "import", "questions", "--format", "dpr-qas", "--dataset", "d", "--split", "test", str(full))
+    assert "questions_without_answers" not in shown.output  # shown only when there are any

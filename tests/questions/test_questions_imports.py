@@ -246,3 +246,140 @@ def test_dataset_specs() -> None:
             DatasetSpec.parse(bad)
     with pytest.raises(ValueError, match="listed twice"):
         parse_dataset_specs(["nq:train", "nq:train:2"])
+
+
+QAS_LINES = "".join(f'who is person number {i}?\t["Person {i}"]\n' for i in range(3000))
+
+
+@pytest.mark.parametrize(("suffix", "compress"), [(".gz", "gzip"), (".bz2", "bz2")])
+def test_truncated_compressed_file_names_file_and_line(tmp_path: Path, suffix: str, compress: str) -> None:
+    """A cut .gz/.bz2 (an interrupted download) raised gzip's bare EOFError ('Compressed file
+    ended before the end-of-stream marker was reached'), naming neither the file nor the line."""
+    import bz2
+    import gzip
+
+    data = (gzip.compress if compress == "gzip" else bz2.compress)(QAS_LINES.encode("utf-8"), 9)
+    path = tmp_path / f"nq-test.qas.tsv{suffix}"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(ImportFormatError, match=rf"^{path}:\d+: the {compress} stream ends before its end marker"):
+        import_questions("dpr-qas", path, "nq", "test").questions.to_table()
+    whole = tmp_path / f"whole.qas.tsv{suffix}"
+    whole.write_bytes(data)
+    assert import_questions("dpr-qas", whole, "nq", "test").questions.to_table().num_rows == 3000
+
+
+def test_truncated_compressed_json_array_names_file(tmp_path: Path) -> None:
+    import gzip
+
+    records = [{"question": f"where was person {i} born?", "answers": [f"Town {i}"]} for i in range(3000)]
+    data = gzip.compress(json.dumps(records).encode("utf-8"))
+    path = tmp_path / "P19.dev.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImportFormatError, match=rf"^{path}: the gzip stream ends before its end marker"):
+        import_questions("dpr-json", path, "eq", "dev").questions.to_table()
+
+
+def test_file_named_gz_that_is_not_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "nq-test.qas.tsv.gz"
+    path.write_text('secret question?\t["a"]\n', encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=rf"^{path}:1: not gzip data") as info:
+        import_questions("dpr-qas", path, "nq", "test").questions.to_table()
+    assert "secret" not in str(info.value) and "b'se'" not in str(info.value)  # gzip's message quotes them
+
+
+def test_truncated_real_question_file() -> None:
+    """squad24's dev questions, gzipped and cut: refused naming the line the stream ended in."""
+    import gzip
+    import tempfile
+
+    raw = shared_data("squad24", "dev.qas.tsv").read_bytes()
+    data = gzip.compress(raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dev.qas.tsv.gz"
+        path.write_bytes(data[: len(data) // 2])
+        with pytest.raises(ImportFormatError, match=rf"^{path}:(\d+): the gzip stream ends") as info:
+            import_questions("dpr-qas", path, "squad24", "dev").questions.to_table()
+        line = int(str(info.value).split(":")[1])
+        assert 1 < line < raw.count(b"\n")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "content"),
+    [
+        ("dpr-qas", "empty.qas.tsv", ""),
+        ("dpr-qas", "blank.qas.tsv", "\n\n"),
+        ("nq-open", "empty.jsonl", ""),
+        ("dpr-json", "empty.json", "[]"),
+        ("entityquestions", "P19.dev.json", "[ ]"),
+        ("squad", "empty-squad.json", '{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": []}]}]}'),
+    ],
+)
+def test_a_file_without_questions_is_refused(tmp_path: Path, fmt: str, name: str, content: str) -> None:
+    """An empty question file was imported as `questions: 0` with a source recorded, where an
+    empty passages file is refused: a file that brings nothing is the wrong file or format."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=rf"^{path}: no questions \(.*\); a question import must bring"):
+        import_questions(fmt, path, "d", "dev").questions.to_table()
+
+
+def test_beir_split_with_no_judged_query_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "7", "title": "T", "text": "Some text."}\n', "utf-8")
+    (tmp_path / "queries.jsonl").write_text('{"_id": "1", "text": "a claim"}\n', "utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n", "utf-8")
+    with pytest.raises(ImportFormatError, match=r"no query of queries.jsonl is judged in qrels/test.tsv"):
+        import_questions("beir", tmp_path, "d", "test").questions.to_table()
+
+
+@pytest.mark.parametrize("fmt", ["dpr-qas", "dpr-json", "nq-open", "squad"])
+def test_a_folder_for_a_file_format_is_refused_by_name(tmp_path: Path, fmt: str) -> None:
+    """A folder given to a one-file format failed with open()'s bare '[Errno 21] Is a directory'."""
+    with pytest.raises(ImportFormatError, match=rf"^{tmp_path}: a folder, but the {fmt} format reads one file"):
+        import_questions(fmt, tmp_path, "d", "dev").questions.to_table()
+    file = tmp_path / "corpus.jsonl"
+    file.write_text("{}\n", "utf-8")
+    with pytest.raises(ImportFormatError, match=r"a file, but the beir format reads a dataset folder"):
+        import_questions("beir", file, "d", "dev")
+
+
+def test_a_raw_control_character_in_a_json_line_reads_cleanly(tmp_path: Path) -> None:
+    """A raw tab inside a JSON string: the message said 'Invalid control character at at column 16'."""
+    path = tmp_path / "dev.jsonl"
+    path.write_text('{"question": "a\tb", "answer": ["x"]}\n', encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=r":1: not valid JSON \(Invalid control character at column 16\)$"):
+        import_questions("nq-open", path, "d", "dev").questions.to_table()
+
+
+def test_titles_are_strings_or_null(tmp_path: Path) -> None:
+    """A null SQuAD title became the passage title "None" and a list "['x']" (str() of the value);
+    a null title now reads as "" (as BEIR's and DPR's missing titles do), any other non-string is refused."""
+    article = {"paragraphs": [{"context": "Paris is in France.",
+                               "qas": [{"id": "a", "question": "Where is Paris?", "answers": [{"text": "France"}]}]}]}
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{**article, "title": None}, article]}), encoding="utf-8")
+    titles = import_questions("squad", path, "sq", "dev").passages.to_table().column("title").to_pylist()
+    assert titles == ["", ""]
+    path.write_text(json.dumps({"data": [{**article, "title": ["x"]}]}), encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=r"data\[0\]: title must be a string \(or null\), got a JSON array"):
+        import_questions("squad", path, "sq", "dev").passages.to_table()
+    dpr = tmp_path / "train.dpr.json"
+    contexts = [{"text": "no title", "passage_id": "1"}, {"title": None, "text": "null title", "passage_id": "2"}]
+    dpr.write_text(json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": contexts}]), encoding="utf-8")
+    assert import_questions("dpr-json", dpr, "d", "train").passages.to_table().column("title").to_pylist() == ["", ""]
+    contexts.append({"title": 5, "text": "a number", "passage_id": "3"})
+    dpr.write_text(json.dumps([{"question": "q?", "answers": ["a"], "positive_ctxs": contexts}]), encoding="utf-8")
+    with pytest.raises(ImportFormatError, match=r"element 0, positive_ctxs\[2\]: title must be a string"):
+        import_questions("dpr-json", dpr, "d", "train").passages.to_table()
+
+
+def test_entityquestions_folder_entry_that_is_no_file_is_named(tmp_path: Path) -> None:
+    """A P*.json in the folder that is a folder or a link loop failed with a bare errno message."""
+    (tmp_path / "P19.dev.json").write_text(json.dumps([{"question": "Where was X born?", "answers": ["Y"]}]), "utf-8")
+    (tmp_path / "P20.dev.json").mkdir()
+    with pytest.raises(ImportFormatError, match=r"P20.dev.json: not a file \(a folder, or a link"):
+        import_questions("entityquestions", tmp_path, "eq", "dev")
+    (tmp_path / "P20.dev.json").rmdir()
+    (tmp_path / "P20.dev.json").symlink_to(tmp_path / "P20.dev.json")
+    with pytest.raises(ImportFormatError, match=r"P20.dev.json: not a file"):
+        import_questions("entityquestions", tmp_path, "eq", "dev")
