@@ -127,3 +127,34 @@ def test_a_body_that_never_arrives_gets_408_and_the_connection_closed(service: S
     assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), reply[:300]
     assert "did not arrive within 1 s" in json.loads(body)["error"]
 
+
+
+MALFORMED_HEADS = [
+    (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     "Transfer-Encoding can't be present with Content-Length"),
+    (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nContent-Length: 20\r\n\r\n{}",
+     "Duplicate Content-Length"),
+    (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n{}", "Invalid character in Content-Length"),
+    (b"POST /health HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzzzz\r\n",
+     "Invalid character in chunk size"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(64)), "Invalid method"),  # a TLS hello
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "reason"), MALFORMED_HEADS, ids=[r for _, r in MALFORMED_HEADS])
+def test_bytes_the_http_parser_rejects_get_400_with_the_error_shape(service: ServiceThread, request_bytes: bytes,
+                                                                    reason: str) -> None:  # fmt: skip
+    """uvicorn answered these in plain text ("Invalid HTTP request received."), not ``{"error": ...}``."""
+    port = int(service.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_bytes)
+        sock.settimeout(10)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower(), reply[:300]
+    assert b"connection: close" in head.lower()
+    message = json.loads(body)["error"]
+    assert message.startswith("malformed HTTP request: ") and reason in message, message
+    assert requests.get(f"{service.url}/health", timeout=10).status_code == 200
