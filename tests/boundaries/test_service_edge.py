@@ -10,11 +10,13 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 
 from odqa.service.app import create_app
+from odqa.service.body_budget import BodyBudget
 from odqa.storage import Workspace
 from tests.serve.harness import ServiceThread
 from tests.serve.hostile_requests import REFUSED
@@ -158,3 +160,53 @@ def test_bytes_the_http_parser_rejects_get_400_with_the_error_shape(service: Ser
     message = json.loads(body)["error"]
     assert message.startswith("malformed HTTP request: ") and reason in message, message
     assert requests.get(f"{service.url}/health", timeout=10).status_code == 200
+
+
+def _reply(sock: socket.socket, seconds: float) -> bytes:
+    sock.settimeout(seconds)
+    reply = b""
+    try:
+        while chunk := sock.recv(65536):
+            reply += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return reply
+
+
+def test_large_bodies_held_at_once_share_one_budget_and_small_requests_still_get_in(tmp_path: Path) -> None:
+    """Nothing bounded the sum of bodies: 1,500 connections each sending 900 KB of an unfinished
+    body added 1.4 GB to the service. A large body that would go over the budget gets 503 before
+    it is read; a small request is answered meanwhile; the budget is lent again once a body's
+    request has ended (here: its 408)."""
+    ws = Workspace.resolve(tmp_path / "ws")
+    app = create_app(ws.root, poll_s=0.2, body_timeout_s=TIMEOUT_S * 2, bodies=BodyBudget(limit=300_000, small=10_000))
+    head = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 200000\r\n\r\n")  # fmt: skip
+    with ServiceThread(app, header_timeout_s=TIMEOUT_S * 4) as service:
+        port = int(service.url.rsplit(":", 1)[1])
+        first = socket.create_connection(("127.0.0.1", port))
+        second = socket.create_connection(("127.0.0.1", port))
+        try:
+            first.sendall(head + b" " * 100_000)  # half of its body, never the rest: holds 200,000 bytes
+            time.sleep(0.5)
+            second.sendall(head + b" " * 1000)
+            refused = _reply(second, TIMEOUT_S)
+            started = time.monotonic()
+            small = _post(service, '{"question": ""}')  # a small body: no budget needed
+            assert small.status_code == 422 and time.monotonic() - started < TIMEOUT_S, small.text
+            held = _reply(first, TIMEOUT_S * 4)
+        finally:
+            first.close()
+            second.close()
+        status, _, body = refused.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in status.lower(), refused[:300]
+        assert "already reading 200,000 bytes of request bodies" in json.loads(body)["error"]
+        assert held.startswith(b"HTTP/1.1 408"), held[:200]
+        with socket.create_connection(("127.0.0.1", port)) as third:  # the first one's bytes are lent again
+            third.sendall(head + b'{"question": ""}' + b" " * (200_000 - 16))
+            assert _reply(third, TIMEOUT_S * 4).startswith(b"HTTP/1.1 422")
+
+
+def test_a_body_budget_needs_a_positive_limit() -> None:
+    with pytest.raises(ValueError, match="limit >= 1"):
+        BodyBudget(limit=0)
