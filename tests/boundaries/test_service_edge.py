@@ -210,3 +210,18 @@ def test_large_bodies_held_at_once_share_one_budget_and_small_requests_still_get
 def test_a_body_budget_needs_a_positive_limit() -> None:
     with pytest.raises(ValueError, match="limit >= 1"):
         BodyBudget(limit=0)
+
+
+@pytest.mark.parametrize("url", ["/v1/bm25/search?query=Curie%E9", "/v1/bm25/search?query=x&qid=%ff",
+                                 "/v1/bm25/search?query=%ed%a0%80", "/v1/bm25/doc/1023%ff"])  # fmt: skip
+def test_a_url_that_is_not_utf8_once_percent_decoded_gets_400(service: ServiceThread, url: str) -> None:
+    """Starlette decodes query strings and paths with errors="replace": before, a Latin-1 query
+    searched for 'Curie\\ufffd' and answered 200 (here, with no release yet: 503)."""
+    reply = requests.get(f"{service.url}{url}", timeout=10)
+    assert reply.status_code == 400, reply.text
+    assert "is not UTF-8 once percent-decoded (byte " in _error(reply)
+
+
+def test_percent_encoded_utf8_and_plus_signs_still_pass(service: ServiceThread) -> None:
+    reply = requests.get(f"{service.url}/v1/bm25/search?query=Sk%C5%82odowska+Curie%20%F0%9F%A7%AA", timeout=10)
+    assert reply.status_code == 503 and "no index published" in _error(reply)  # past the edge: no release yet
