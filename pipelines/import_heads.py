@@ -36,19 +36,25 @@ def passage_reader(fmt: str, quoting: Quoting = "csv") -> Callable[..., Iterator
     return partial(PASSAGE_READERS[fmt], quoting=quoting)
 
 
-def passage_data_file(source_path: Path) -> Path:
-    """The file a passage import reads: ``source_path``, or its corpus.jsonl when it is a (BEIR)
-    folder; FileNotFoundError when there is none."""
+def passage_data_file(source_path: Path, fmt: str) -> Path:
+    """The file a passage import of format `fmt` reads: ``source_path``, or its corpus.jsonl when
+    it is a BEIR folder; FileNotFoundError when there is none, IsADirectoryError for a folder
+    given to dpr-tsv (one file; before, the import looked for corpus.jsonl in it and said
+    "passage file not found: <folder>/corpus.jsonl", a file dpr-tsv never reads)."""
+    if source_path.is_dir() and fmt != "beir":
+        raise IsADirectoryError(f"{source_path} is a folder; --format {fmt} reads one file (DPR's psgs_w100.tsv "
+                                "layout): give the file, or --format beir for a BEIR folder holding corpus.jsonl")  # fmt: skip
     data_file = source_path / "corpus.jsonl" if source_path.is_dir() else source_path
     if not data_file.is_file():
-        raise FileNotFoundError(f"passage file not found: {data_file}")
+        where = " (a BEIR folder holds corpus.jsonl)" if source_path.is_dir() else ""
+        raise FileNotFoundError(f"passage file not found: {data_file}{where}")
     return data_file
 
 
 def check_passages_head(fmt: str, path: str, max_record_bytes: int, quoting: Quoting = "csv") -> None:
     """A passage corpus (`odqa import passages`): its data file and first records."""
     source_path = Path(path).expanduser().resolve()
-    passage_data_file(source_path)
+    passage_data_file(source_path, fmt)
     read = passage_reader(fmt, quoting)
     next(read(source_path, batch_size=HEAD_RECORDS, max_record_bytes=max_record_bytes), None)
 

@@ -48,6 +48,7 @@ from ..storage import Workspace
 from ..storage.choices import INDEX_TYPES, RETRIEVER_KINDS, IndexType, RetrieverKind
 from ..storage.releases import NoReleaseError
 from ..storage.serving import this_service
+from .body_budget import BodyBudget
 from .releases import BatchSettings, LoadedRelease, ReleaseHolder, model_display_name
 from .rest_v1 import rest_v1_router
 from .validation import MAX_QUESTION_CHARS, checked_text
@@ -173,6 +174,8 @@ class RequestLimits:
 
     * refuses oversized bodies before reading them (413), and unsized ones where a route reads a
       body (411; any other route answers its own 404 or 405, as the REST v1 routes must);
+    * refuses a large body while other large bodies hold the service's shared budget (503 with
+      Retry-After, before it is read; `service.body_budget`): the sum of bodies held is bounded;
     * reads the body within ``body_timeout_s`` (408 and the connection closed after it: a client
       trickling a body must not hold a request open), and refuses one that is not UTF-8 (400);
     * counts search requests whose body has arrived (`Arrivals`, the micro-batchers' reason to wait).
@@ -180,10 +183,11 @@ class RequestLimits:
     Plain ASGI rather than Starlette's BaseHTTPMiddleware, which costs every request a task group
     and a memory stream."""
 
-    def __init__(self, app: Any, arrivals: Arrivals, body_timeout_s: float) -> None:
+    def __init__(self, app: Any, arrivals: Arrivals, body_timeout_s: float, bodies: BodyBudget | None = None) -> None:
         self.app = app
         self.arrivals = arrivals
         self.body_timeout_s = body_timeout_s
+        self.bodies = bodies or BodyBudget()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -195,6 +199,19 @@ class RequestLimits:
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return await error_response(413, f"request body of {length.decode(errors='replace')[:20]} bytes is over "
                                              f"the {MAX_BODY_BYTES:,}-byte limit")(scope, receive, send)  # fmt: skip
+        lent = 0
+        if length is not None and int(length) > 0:
+            lent = self.bodies.take(int(length))
+            if lent is None:
+                return await error_response(503, self.bodies.refusal(int(length)),
+                                            headers={"retry-after": "1", "connection": "close"})(scope, receive, send)  # fmt: skip
+        try:
+            await self._with_body(scope, receive, send, length)
+        finally:
+            self.bodies.give(lent)
+
+    async def _with_body(self, scope: dict[str, Any], receive: Any, send: Any, length: bytes | None) -> None:
+        """The request with its body read (if it has one) and checked, then the app."""
         if length is not None and int(length) > 0:
             try:
                 body = await asyncio.wait_for(_read_body(receive), self.body_timeout_s)
@@ -298,9 +315,10 @@ async def _hits(release: LoadedRelease, retriever: str, questions: list[str], k:
 def create_app(workspace: str | Path | None = None, *, model: str | None = None, retriever: RetrieverKind = "dense",
                index_type: IndexType | None = None, poll_s: float = 1.0,
                batching: BatchSettings | None = None, body_timeout_s: float = BODY_TIMEOUT_S,
-               address: str | None = None) -> FastAPI:  # fmt: skip
+               address: str | None = None, bodies: BodyBudget | None = None) -> FastAPI:  # fmt: skip
     """The service over `workspace`'s published indexes; it starts following the pointer on startup
-    and is registered in the workspace (with `address`, where it listens) while it runs."""
+    and is registered in the workspace (with `address`, where it listens) while it runs. `bodies`:
+    how many bytes of large request bodies it holds at once (default `service.body_budget`'s)."""
     if retriever not in RETRIEVER_KINDS:
         raise ValueError(f"retriever must be one of {', '.join(RETRIEVER_KINDS)}, got {retriever!r}")
     if index_type is not None and index_type not in INDEX_TYPES:
@@ -325,7 +343,7 @@ def create_app(workspace: str | Path | None = None, *, model: str | None = None,
                   description="Open-domain QA passage retrieval over the workspace's published indexes.")  # fmt: skip
     app.state.holder = holder
 
-    app.add_middleware(RequestLimits, arrivals=arrivals, body_timeout_s=body_timeout_s)
+    app.add_middleware(RequestLimits, arrivals=arrivals, body_timeout_s=body_timeout_s, bodies=bodies)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:

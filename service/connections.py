@@ -17,6 +17,7 @@ parser is given more of them than the limit, so an oversized head costs at most 
 memory: the answer goes out, the connection is closed for writing, and whatever the client still
 sends is read and dropped for at most `LINGER_S` (so that it can read the answer before the close)
 instead of being kept. The body's size and deadline are the app's (`service.app.RequestLimits`).
+Bytes the parser rejects get **400** in the same ``{"error": ...}`` shape, naming its reason.
 
 Every request passes `service.hosts.HostCheck` first: a `Host` that is not an address the service
 listens on (nor a name allowed with ``--allowed-host`` / ``$ODQA_SERVE_ALLOWED_HOSTS``) is
@@ -27,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import http
+import sys
 from collections.abc import Iterable
 from typing import Any
 
+import httptools
 import orjson
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -129,6 +132,30 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     # -- refusing ------------------------------------------------------------------------------
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser rejects (a Content-Length beside Transfer-Encoding,
+        two Content-Lengths, a bad chunk size, no HTTP at all), in the service's one error shape.
+
+        uvicorn answered them in plain text, ``Invalid HTTP request received.``, so a client that
+        reads every refusal as ``{"error": ...}`` got none. uvicorn calls this from its
+        ``except httptools.HttpParserError`` block, where the parser's reason is the exception
+        being handled: it is named in the answer."""
+        error = sys.exc_info()[1]
+        reason = str(error) if isinstance(error, httptools.HttpParserError) and str(error) else msg.rstrip(".")
+        message = f"malformed HTTP request: {reason} (the service speaks plain HTTP/1.1; a body has one Content-Length)"
+        cycle = self.cycle
+        if cycle is not None and not self._in_head and not cycle.response_started:
+            # A malformed body of a request the app has but has not answered: its answer is
+            # dropped (the app reads a disconnect), and the 400 is the one answer.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        elif cycle is not None and (not self._in_head or not cycle.response_complete):
+            self.transport.close()  # an answer is (being) written for this connection: no second one
+            return
+        self._lingering = True
+        self._disarm_header_deadline()
+        self._write_refusal(400, message)
+
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` with the service's error shape, stop writing, and drop what still comes."""
         self._lingering = True
@@ -136,6 +163,10 @@ class BoundedHeadProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.close()  # a pipelined head while an answer is being written: no second answer
             return
+        self._write_refusal(status, message)
+
+    def _write_refusal(self, status: int, message: str) -> None:
+        """Write the error answer, close for writing, and close the connection after `LINGER_S`."""
         body = orjson.dumps({"error": message})
         head = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}".encode()]
         head += [name + b": " + value for name, value in self.server_state.default_headers]

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..pipelines.retrieval.bm25 import passage_contents, stored_raw
@@ -37,7 +37,7 @@ from ..pipelines.search.hits import Ranked
 from ..pipelines.search.limits import checked_k
 from ..storage.choices import RETRIEVER_KINDS
 from .releases import LoadedRelease, ReleaseHolder, model_display_name
-from .validation import checked_text
+from .validation import checked_percent_encoding, checked_text
 
 # (release, retriever, questions, k, alpha) -> per question its (passage_id, score) hits, best first
 SearchFn = Callable[[LoadedRelease, str, list[str], int, float | None], Awaitable[list[Ranked]]]
@@ -119,6 +119,14 @@ def _query(text: str, qid: str | None) -> dict[str, str]:
         raise RestError(400, str(refusal)) from None
 
 
+def _utf8(raw: bytes, where: str) -> None:
+    """400 unless the URL part `raw` percent-decodes to UTF-8 (`service.validation`)."""
+    try:
+        checked_percent_encoding(raw, where)
+    except ValueError as refusal:
+        raise RestError(400, str(refusal)) from None
+
+
 def _doc(docid: str, title: str | None, text: str | None, parse: bool) -> dict[str, Any] | str:
     """The passage parsed (its fields, and `contents` as the BM25 index stores it) or raw."""
     if not parse:
@@ -133,11 +141,12 @@ def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_query_chars: 
 
     @router.api_route("/{index}/search", methods=["HEAD"], include_in_schema=False)
     @router.get("/{index}/search")
-    async def search_v1(index: str, query: str | None = None, hits: str = "10", parse: str | None = None,
-                        qid: str | None = None, alpha: str | None = None) -> Response:  # fmt: skip
+    async def search_v1(request: Request, index: str, query: str | None = None, hits: str = "10",
+                        parse: str | None = None, qid: str | None = None, alpha: str | None = None) -> Response:  # fmt: skip
         """Top `hits` passages of `query` from the `{index}` retriever (hybrid: `alpha` weighs BM25);
         `parse=false` gives each passage as its raw stored document; `qid` is echoed in `query`."""
         try:
+            _utf8(request.scope.get("query_string", b""), "the query string")
             if query is None:
                 raise RestError(400, "give the query as ?query=... (it is missing)")
             try:
@@ -158,10 +167,11 @@ def rest_v1_router(holder: ReleaseHolder, search: SearchFn, *, max_query_chars: 
 
     @router.api_route("/{index}/doc/{docid:path}", methods=["HEAD"], include_in_schema=False)
     @router.get("/{index}/doc/{docid:path}")
-    async def doc_v1(index: str, docid: str, parse: str | None = None) -> Response:
+    async def doc_v1(request: Request, index: str, docid: str, parse: str | None = None) -> Response:
         """The passage `docid` of the release `{index}` belongs to (`parse=false`: its raw stored
         document). A docid may hold `/` (sent as %2F or as it is)."""
         try:
+            _utf8(request.scope.get("raw_path", b""), "the path")
             if not docid.strip():
                 raise RestError(400, "docid is empty")
             parsed = _parse(parse)

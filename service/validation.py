@@ -13,6 +13,7 @@ becomes the 422 `{"error": ...}` every refusal of the service has), and so can a
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote_to_bytes
 
 MAX_QUESTION_CHARS = 2_000
 # C0 controls except tab, newline and carriage return; DEL and the C1 controls; UTF-16 surrogates
@@ -36,3 +37,18 @@ def checked_text(value: str, where: str, *, limit: int = MAX_QUESTION_CHARS) -> 
                          "send plain text")  # fmt: skip
     return value
 
+
+
+def checked_percent_encoding(raw: bytes, where: str) -> None:
+    """ValueError unless the percent-encoded ``raw`` (a URL's query string or path, as sent)
+    decodes to UTF-8, naming ``where`` and the first byte that does not.
+
+    Starlette and uvicorn decode query strings and paths with ``errors="replace"``: before,
+    ``/v1/bm25/search?query=Curie%E9`` (Latin-1) searched for ``Curie\ufffd`` and answered 200 for a
+    question nobody asked; ``POST /search`` refuses a body that is not UTF-8 (400) the same way."""
+    decoded = unquote_to_bytes(raw.replace(b"+", b" "))
+    try:
+        decoded.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{where} is not UTF-8 once percent-decoded (byte {error.start}: "
+                         f"{decoded[error.start:error.start + 1]!r}); percent-encode the UTF-8 bytes of the text") from None  # fmt: skip

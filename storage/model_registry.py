@@ -104,7 +104,29 @@ def _resolve_one(ws: Workspace, model: str) -> tuple[str, str]:
     if folder.is_dir():
         resolved = folder.resolve()
         return str(resolved), f"{slug(resolved.name, 'model')}-{fingerprint(str(resolved))[:8]}"
+    if folder.exists() or not _HUB_NAME.fullmatch(model):
+        raise FileNotFoundError(_not_a_model(ws, model, folder))
     return model, slug(model, "model")
+
+
+# What Hugging Face accepts as a model name: `name` or `owner/name` of letters, digits, '-', '_'
+# and '.', neither part starting or ending with '-' or '.' (huggingface_hub's repo id rule).
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_HUB_NAME = re.compile(rf"{_HUB_PART}(?:/{_HUB_PART})?")
+
+
+def _not_a_model(ws: Workspace, model: str, folder: Path) -> str:
+    """Why `model` names no model: a path that is missing or not a folder (before, a missing path
+    reached huggingface_hub and failed deep in it with "Repo id must be in the form ...", after
+    the index build had already recorded the model under indexes/dense/)."""
+    what = "is a file, not a model folder" if folder.exists() else "does not exist"
+    known = []
+    if ws.rows("models"):
+        known = sorted(ws.read_table("models", columns=["model_id"]).column("model_id").to_pylist())
+    ids = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "") if known else "none"
+    return (f"model {model!r} not found: {folder.absolute()} {what}, and it is neither a model id of this workspace "
+            f"(known: {ids}) nor a Hugging Face model name ('name' or 'owner/name'). Give a model id, "
+            "a folder holding a model (config.json), or a Hugging Face name")
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def _loadable(ws: Workspace, name: str, why: str) -> ModelRef:
     try:
         ref = resolve_model(ws, name)
     except (ValueError, FileNotFoundError) as error:
-        raise ReindexRefused(f"{why}: {error}") from None
+        raise ReindexRefused(f"{why}: {name!r} cannot be loaded: {error}") from None
     if not checkpoint_available(ref.path) or not checkpoint_available(ref.passage_path):
         raise ReindexRefused(f"{why}: {name!r} cannot be loaded: it is not a model id of this workspace, a folder "
                              "holding a model (config.json) or a Hugging Face model in the local cache")  # fmt: skip

@@ -192,7 +192,7 @@ def import_passages_flow(fmt: PassageFormat, path: str, workspace: str | None = 
         raise ValueError(f"unknown --on-duplicate {on_duplicate!r}; expected one of {list(ON_DUPLICATE)}")
     ws = Workspace.resolve(workspace)
     source_path = Path(path).expanduser().resolve()
-    data_file = passage_data_file(source_path)
+    data_file = passage_data_file(source_path, fmt)
     source = import_source(fmt, source_path)
     # One passages import at a time: the duplicate check must see every commit before its own.
     with passages_import_lock(ws, f"import of {source_path}"):

@@ -10,11 +10,13 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 
 from odqa.service.app import create_app
+from odqa.service.body_budget import BodyBudget
 from odqa.storage import Workspace
 from tests.serve.harness import ServiceThread
 from tests.serve.hostile_requests import REFUSED
@@ -127,3 +129,99 @@ def test_a_body_that_never_arrives_gets_408_and_the_connection_closed(service: S
     assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), reply[:300]
     assert "did not arrive within 1 s" in json.loads(body)["error"]
 
+
+
+MALFORMED_HEADS = [
+    (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     "Transfer-Encoding can't be present with Content-Length"),
+    (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nContent-Length: 20\r\n\r\n{}",
+     "Duplicate Content-Length"),
+    (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n{}", "Invalid character in Content-Length"),
+    (b"POST /health HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzzzz\r\n",
+     "Invalid character in chunk size"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(64)), "Invalid method"),  # a TLS hello
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "reason"), MALFORMED_HEADS, ids=[r for _, r in MALFORMED_HEADS])
+def test_bytes_the_http_parser_rejects_get_400_with_the_error_shape(service: ServiceThread, request_bytes: bytes,
+                                                                    reason: str) -> None:  # fmt: skip
+    """uvicorn answered these in plain text ("Invalid HTTP request received."), not ``{"error": ...}``."""
+    port = int(service.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_bytes)
+        sock.settimeout(10)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower(), reply[:300]
+    assert b"connection: close" in head.lower()
+    message = json.loads(body)["error"]
+    assert message.startswith("malformed HTTP request: ") and reason in message, message
+    assert requests.get(f"{service.url}/health", timeout=10).status_code == 200
+
+
+def _reply(sock: socket.socket, seconds: float) -> bytes:
+    sock.settimeout(seconds)
+    reply = b""
+    try:
+        while chunk := sock.recv(65536):
+            reply += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return reply
+
+
+def test_large_bodies_held_at_once_share_one_budget_and_small_requests_still_get_in(tmp_path: Path) -> None:
+    """Nothing bounded the sum of bodies: 1,500 connections each sending 900 KB of an unfinished
+    body added 1.4 GB to the service. A large body that would go over the budget gets 503 before
+    it is read; a small request is answered meanwhile; the budget is lent again once a body's
+    request has ended (here: its 408)."""
+    ws = Workspace.resolve(tmp_path / "ws")
+    app = create_app(ws.root, poll_s=0.2, body_timeout_s=TIMEOUT_S * 2, bodies=BodyBudget(limit=300_000, small=10_000))
+    head = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 200000\r\n\r\n")  # fmt: skip
+    with ServiceThread(app, header_timeout_s=TIMEOUT_S * 4) as service:
+        port = int(service.url.rsplit(":", 1)[1])
+        first = socket.create_connection(("127.0.0.1", port))
+        second = socket.create_connection(("127.0.0.1", port))
+        try:
+            first.sendall(head + b" " * 100_000)  # half of its body, never the rest: holds 200,000 bytes
+            time.sleep(0.5)
+            second.sendall(head + b" " * 1000)
+            refused = _reply(second, TIMEOUT_S)
+            started = time.monotonic()
+            small = _post(service, '{"question": ""}')  # a small body: no budget needed
+            assert small.status_code == 422 and time.monotonic() - started < TIMEOUT_S, small.text
+            held = _reply(first, TIMEOUT_S * 4)
+        finally:
+            first.close()
+            second.close()
+        status, _, body = refused.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in status.lower(), refused[:300]
+        assert "already reading 200,000 bytes of request bodies" in json.loads(body)["error"]
+        assert held.startswith(b"HTTP/1.1 408"), held[:200]
+        with socket.create_connection(("127.0.0.1", port)) as third:  # the first one's bytes are lent again
+            third.sendall(head + b'{"question": ""}' + b" " * (200_000 - 16))
+            assert _reply(third, TIMEOUT_S * 4).startswith(b"HTTP/1.1 422")
+
+
+def test_a_body_budget_needs_a_positive_limit() -> None:
+    with pytest.raises(ValueError, match="limit >= 1"):
+        BodyBudget(limit=0)
+
+
+@pytest.mark.parametrize("url", ["/v1/bm25/search?query=Curie%E9", "/v1/bm25/search?query=x&qid=%ff",
+                                 "/v1/bm25/search?query=%ed%a0%80", "/v1/bm25/doc/1023%ff"])  # fmt: skip
+def test_a_url_that_is_not_utf8_once_percent_decoded_gets_400(service: ServiceThread, url: str) -> None:
+    """Starlette decodes query strings and paths with errors="replace": before, a Latin-1 query
+    searched for 'Curie\\ufffd' and answered 200 (here, with no release yet: 503)."""
+    reply = requests.get(f"{service.url}{url}", timeout=10)
+    assert reply.status_code == 400, reply.text
+    assert "is not UTF-8 once percent-decoded (byte " in _error(reply)
+
+
+def test_percent_encoded_utf8_and_plus_signs_still_pass(service: ServiceThread) -> None:
+    reply = requests.get(f"{service.url}/v1/bm25/search?query=Sk%C5%82odowska+Curie%20%F0%9F%A7%AA", timeout=10)
+    assert reply.status_code == 503 and "no index published" in _error(reply)  # past the edge: no release yet
