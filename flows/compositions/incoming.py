@@ -259,20 +259,66 @@ def still_unchanged(taken: Taken, handle: BinaryIO) -> bool:
 def set_aside(incoming: Incoming, taken: Taken, why: str) -> str | None:
     """Move a malformed entry into the folder's ``rejected/`` (stamped with the time, beside a
     ``.why`` note with the content-free reason), so the next runs take the other files; returns
-    where it went, or None when it stays (a watched single file, or a move that failed)."""
+    where it went, or None when it stays (a watched single file, a ``rejected`` that is not a
+    folder of its own, or a move that failed).
+
+    ``rejected`` is an entry of the watched folder like any other, so whoever drops files there
+    can make it a link: it is opened without following one (`_rejected_folder`) and the file is
+    moved and the note written relative to that very folder, never through a path that a link
+    swapped in meanwhile would lead out of the watched folder."""
     if not incoming.folder:
         return None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    target = incoming.source / REJECTED / f"{stamp}-{taken.path.name}"
+    name = f"{stamp}-{taken.path.name}"
     try:
-        target.parent.mkdir(exist_ok=True)
-        if target.exists() or target.is_symlink():
-            return None
-        os.rename(taken.path, target)
+        source = os.open(incoming.source, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    from ...storage.atomic import atomic_write_text  # (pyarrow: not imported by the CLI's option defaults)
+    try:
+        rejected = _rejected_folder(source)
+        if rejected is None:
+            return None
+        try:
+            try:
+                os.lstat(name, dir_fd=rejected)
+                return None  # (set aside under this name already, this very second)
+            except FileNotFoundError:
+                pass
+            os.rename(taken.path.name, name, src_dir_fd=source, dst_dir_fd=rejected)
+            with contextlib.suppress(OSError):
+                _write_note(rejected, f"{name}.why", why + "\n")
+        finally:
+            os.close(rejected)
+    except OSError:
+        return None
+    finally:
+        os.close(source)
+    return f"{REJECTED}/{name}"
 
-    with contextlib.suppress(OSError):
-        atomic_write_text(target.with_name(f"{target.name}.why"), why + "\n")
-    return f"{REJECTED}/{target.name}"
+
+def _rejected_folder(source: int) -> int | None:
+    """A descriptor of ``rejected/`` in the watched folder `source` (made when missing), or None
+    when that name is a link, a file or anything but a folder."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(REJECTED, 0o700, dir_fd=source)
+    try:
+        return os.open(REJECTED, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=source)
+    except OSError:  # ELOOP: a link; ENOTDIR: a file
+        return None
+
+
+def _write_note(folder: int, name: str, text: str) -> None:
+    """`text` as the file `name` in the folder `folder`, complete or not at all: written under a
+    temporary name (created afresh, never through a link) and renamed into place."""
+    temporary = f".{name}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as note:
+            note.write(text)
+            note.flush()
+            os.fsync(note.fileno())
+        os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=folder)
+        raise

@@ -137,6 +137,32 @@ def test_a_malformed_file_fails_the_run_before_anything_is_committed(workspace: 
     assert again.added == ["a-good.tsv"] and "rejected" in again.ignored and _ids(workspace) == ["g1"], again
 
 
+@pytest.mark.parametrize("made", ["link to a folder outside", "link to a folder inside", "file"])
+def test_a_rejected_that_is_no_folder_of_its_own_is_never_written_through(workspace: Workspace, incoming: Path,
+                                                                         tmp_path: Path, made: str) -> None:  # fmt: skip
+    """`rejected` is an entry of the watched folder: whoever drops files there can make it a link.
+    A malformed file is then not set aside (it stays, the run says so) and nothing is moved or
+    written where the link leads."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    if made == "file":
+        (incoming / REJECTED).write_text("not a folder\n", encoding="utf-8")
+    else:
+        target = outside if made.endswith("outside") else incoming / "sub"
+        target.mkdir(exist_ok=True)
+        (incoming / REJECTED).symlink_to(target)
+    _tsv(incoming / "a-good.tsv", [("g1", "A good passage.", "Good")])
+    (incoming / "b-bad.tsv").write_text(f"{HEADER}b1\tno title\n", encoding="utf-8")
+    _age(incoming / "b-bad.tsv")
+    with pytest.raises(MalformedFilesError) as refused:
+        _run(workspace, incoming)
+    assert "taken by the next run" not in str(refused.value)  # the malformed file stays: it fails that run too
+    assert f"{incoming / 'b-bad.tsv'}:2: expected 3 tab-separated fields" in str(refused.value)
+    assert "(fix or remove it)" in str(refused.value) and "set aside" not in str(refused.value)
+    assert (incoming / "b-bad.tsv").is_file() and list(outside.iterdir()) == []
+    assert not (incoming / "sub").exists() or list((incoming / "sub").iterdir()) == []
+
+
 def test_files_of_one_run_must_not_clash_with_each_other(workspace: Workspace, incoming: Path) -> None:
     _tsv(incoming / "a.tsv", [("x1", "first", "A")])
     _tsv(incoming / "b.tsv", [("x1", f"{SECRET} again", "B")])
