@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import io
 import json
 import os
@@ -112,6 +113,32 @@ def _temporary_sibling(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.{kind}")
 
 
+def stale_sibling_name(target: Path, kind: str) -> Path:
+    """A fresh hidden sibling of `target` for this process to build it in
+    (`.<name>.<id>.<kind>-<pid>`), which `reclaim_stale_siblings` deletes once the pid is gone."""
+    return _temporary_sibling(target, f"{kind}-{os.getpid()}")
+
+
+def reclaim_stale_siblings(target: Path, kind: str) -> list[Path]:
+    """Delete what killed writers of `target` left beside it: their `stale_sibling_name` siblings
+    (files or folders, and the temporary files of atomic writes into them) whose pid no longer
+    runs on this host (or that name none). A live writer's are left alone. Returns what was
+    deleted."""
+    name = glob.escape(target.name)
+    removed = []
+    for pattern in (f".{name}.*.{kind}*", f"..{name}.*.{kind}-*.tmp"):
+        for stale in target.parent.glob(pattern):
+            pid = stale.name.rpartition(f".{kind}-")[2].split(".", 1)[0]
+            if pid.isdigit() and process_alive(int(pid)):
+                continue
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_file(path: Path | str) -> Iterator[IO[bytes]]:
     """A binary handle whose content appears under `path` when the block ends without error
@@ -189,10 +216,7 @@ def building_directory(target: Path) -> Iterator[Path]:
     hidden `.building-<pid>` folder that the next build of the same target clears, while a build
     still running elsewhere keeps its folder (two live builds both finish; the last swap wins)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.*.building*"):
-        pid = stale.name.rpartition(".building-")[2]
-        if not (pid.isdigit() and process_alive(int(pid))):
-            shutil.rmtree(stale, ignore_errors=True)
+    reclaim_stale_siblings(target, "building")
     staging = _temporary_sibling(target, f"building-{os.getpid()}")
     staging.mkdir()
     try:
