@@ -27,6 +27,7 @@ import errno
 import os
 import stat
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +44,8 @@ BEIR_CORPUS = "corpus.jsonl"
 #: How long a file must be left unchanged before a run takes it (a writer that pauses longer
 #: must write under a temporary name and rename).
 SETTLE_SECONDS = 60.0
+ODD_NAME = ("a name that is not UTF-8 or holds a control character (shown escaped): it cannot be named in logs and "
+            "tables as it is; rename it")  # fmt: skip
 
 
 class NotTaken(Exception):
@@ -111,6 +114,16 @@ def _temporary(name: str) -> str | None:
     return None
 
 
+def _odd_name(name: str) -> str | None:
+    """The name as messages show it (escaped), when it is one that no message, log line or table
+    may carry as it is, else None: bytes that are not UTF-8 (Python holds them as surrogates,
+    which every UTF-8 log handler, the Prefect API and Parquet refuse, so the whole run failed on
+    them), or a control character such as a newline (it would start a forged line in the log)."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    odd = text != name or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+    return "".join(c if unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1] for c in text) if odd else None
+
+
 def _not_plain(mode: int) -> str | None:
     """Why an entry of this `lstat` mode is refused, else None (a regular file or a folder)."""
     if stat.S_ISLNK(mode):
@@ -141,6 +154,9 @@ def _look_at_entry(incoming: Incoming, path: Path, passages_format: str | None, 
                    now: float) -> Taken | None:  # fmt: skip
     """The entry as a file to take, or None with why filed in `incoming`."""
     name = path.name
+    if (shown := _odd_name(name)) is not None:
+        incoming.refused[shown] = ODD_NAME
+        return None
     why = _temporary(name) if incoming.folder else None
     if why:
         incoming.left[name] = why

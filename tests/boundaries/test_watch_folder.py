@@ -163,6 +163,23 @@ def test_a_rejected_that_is_no_folder_of_its_own_is_never_written_through(worksp
     assert not (incoming / "sub").exists() or list((incoming / "sub").iterdir()) == []
 
 
+def test_a_name_that_is_not_utf8_or_holds_a_newline_is_refused_escaped_not_fatal(workspace: Workspace,
+                                                                                 incoming: Path) -> None:  # fmt: skip
+    """Such a name cannot be logged or stored as it is (a surrogate fails every UTF-8 writer, a
+    newline forges a log line): it is refused, shown escaped, and the run takes the other files."""
+    _tsv(incoming / "a-good.tsv", [("g1", "A good passage.", "Good")])
+    _tsv(Path(os.fsdecode(bytes(incoming) + b"/b-latin1-\xe9t\xe9.tsv")), [("l1", "Latin-1 name.", "L")])
+    _tsv(incoming / "c-new\nline.tsv", [("n1", "A newline in its name.", "N")])
+    (incoming / "d-tab\t.tsv.part").write_text(HEADER, encoding="utf-8")  # (checked before the temporary name)
+    report = _run(workspace, incoming)
+    assert report.added == ["a-good.tsv"] and _ids(workspace) == ["g1"], report
+    assert sorted(report.refused) == ["b-latin1-\\xe9t\\xe9.tsv", "c-new\\nline.tsv", "d-tab\\t.tsv.part"], report
+    assert all("not UTF-8 or holds a control character" in why for why in report.refused.values())
+    text = look_at(incoming, settle_seconds=SETTLE).describe() + report.summary() + json.dumps(report.as_dict())
+    text.encode("utf-8")  # (strict: no surrogate left)
+    assert "\n" not in text and "\t" not in text
+
+
 def test_files_of_one_run_must_not_clash_with_each_other(workspace: Workspace, incoming: Path) -> None:
     _tsv(incoming / "a.tsv", [("x1", "first", "A")])
     _tsv(incoming / "b.tsv", [("x1", f"{SECRET} again", "B")])
