@@ -194,14 +194,35 @@ def write_parquet_atomic(data: pa.Table, path: Path | str, compression: str = "z
     return atomic_write(path, lambda handle: pq.write_table(data, handle, compression=compression))
 
 
+REPLACED = "old"  # the kind of the older folder `replace_directory` renames aside
+
+
+def recover_replaced(target: Path) -> None:
+    """Clear what a killed `replace_directory` left of `target`'s swap (only a dead pid's).
+
+    Killed between its two renames, it left no `target` and the older, complete folder renamed
+    aside: that is put back, so `target` is as it was before. Killed later, while deleting the
+    older folder, it left that folder half deleted beside a complete `target`: it is deleted."""
+    name = glob.escape(target.name)
+    for old in sorted(target.parent.glob(f".{name}.*.{REPLACED}-*")):
+        pid = old.name.rpartition(f".{REPLACED}-")[2]
+        if not pid.isdigit() or process_alive(int(pid)) or not old.is_dir() or old.is_symlink():
+            continue
+        if not target.exists() and not target.is_symlink():
+            os.replace(old, target)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def replace_directory(staging: Path, target: Path) -> None:
     """Move a fully written `staging` folder to `target`, replacing an older `target`.
 
     The older folder is first renamed aside and deleted after the switch, so `target` names a
-    complete folder at every moment but one rename apart.
+    complete folder at every moment but one rename apart. What a kill leaves of a swap (the
+    older folder renamed aside, put back or half deleted) is cleared by `recover_replaced`.
     """
     if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+        old = stale_sibling_name(target, REPLACED)  # (named after this pid: `recover_replaced` finds it)
         os.replace(target, old)
         os.replace(staging, target)
         shutil.rmtree(old, ignore_errors=True)
@@ -216,6 +237,7 @@ def building_directory(target: Path) -> Iterator[Path]:
     hidden `.building-<pid>` folder that the next build of the same target clears, while a build
     still running elsewhere keeps its folder (two live builds both finish; the last swap wins)."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    recover_replaced(target)
     reclaim_stale_siblings(target, "building")
     staging = _temporary_sibling(target, f"building-{os.getpid()}")
     staging.mkdir()

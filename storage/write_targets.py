@@ -34,6 +34,7 @@ from .atomic import (
     building_directory,
     naming_full_disk,
     reclaim_stale_siblings,
+    recover_replaced,
     stale_sibling_name,
 )
 from .catalog import CATALOG_FILE
@@ -143,6 +144,7 @@ def export_folder(out: str | os.PathLike[str], workspace: Path, *, option: str, 
     """An empty folder to write an export of `kind` in; when the block succeeds it gets the
     export marker (with `about`) and replaces `out` (checked by `check_folder_target` before and
     again at the swap); when it fails, `out` is left as it was."""
+    recover_replaced(Path(out).expanduser().resolve())  # a killed swap's earlier export comes back first
     target = check_folder_target(out, workspace, option=option, kind=kind, force=force)
     with building_directory(target) as staging:
         yield staging
