@@ -136,6 +136,9 @@ def _not_plain(mode: int) -> str | None:
 def _unsettled(looked: os.stat_result, settle_seconds: float, now: float) -> str | None:
     """Why a file changed too recently to be taken, else None."""
     age = now - looked.st_mtime
+    if age < -1.0:  # (beyond a file system's time granularity)
+        return (f"its modification time is {-age:,.0f} s in the future (a clock ahead, or a time the copy set): "
+                f"taken {settle_seconds:g} s after that time; touch it to take it once settled from now")  # fmt: skip
     if age < settle_seconds:
         return f"changed {max(age, 0):.0f} s ago, within the settle time of {settle_seconds:g} s: taken once unchanged"
     return None

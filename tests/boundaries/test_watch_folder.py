@@ -79,6 +79,17 @@ def test_a_growing_file_waits_until_unchanged_for_the_settle_time(workspace: Wor
     assert titles == ["Eiffel Tower"]
 
 
+def test_a_file_dated_in_the_future_waits_saying_so(workspace: Workspace, incoming: Path) -> None:
+    """A modification time ahead of the clock (an archive's, another machine's) is not a file
+    'changed 0 s ago': the run says the time is in the future, and how to take the file."""
+    future = _tsv(incoming / "a.tsv", [("a1", "From a machine whose clock runs ahead.", "A")], settled=False)
+    _age(future, seconds=-10 * 24 * 3600)
+    report = _run(workspace, incoming)
+    assert report.added == [] and "in the future" in report.left["a.tsv"] and "touch it" in report.left["a.tsv"]
+    os.utime(future, (time.time() - 3600, time.time() - 3600))
+    assert _run(workspace, incoming).added == ["a.tsv"]
+
+
 def test_temporary_names_are_never_taken(workspace: Workspace, incoming: Path) -> None:
     names = [".new.tsv", "new.tsv.part", "new.tsv.tmp", "new.tsv.partial", "new.tsv.crdownload", "new.tsv~", "~new.tsv"]
     for number, name in enumerate(names):
