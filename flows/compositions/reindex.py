@@ -42,7 +42,7 @@ from ...storage.choices import IndexType, PassageFormat
 from ...storage.metrics import has_run, metric_rows, numeric_figures
 from ...storage.model_registry import ModelRef
 from ...storage.passages import require_passages
-from ...storage.releases import Release, reindex_lock
+from ...storage.releases import Release, published_releases, reindex_lock
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
 from ..plumbing.publish import publish_indexes
@@ -244,13 +244,14 @@ def reindex_flow(
         if published.published:
             _record_figures(ws, release.release, figures, {"model": release.default_model, "index_type": index_type,
                                                            "ingested": report.ingested}, report)  # fmt: skip
-        elif _figures_unrecorded(ws, release):
-            # the run that published it was stopped (killed) between its publish and this record
-            _record_figures(ws, release.release, release.figures, {
-                "model": release.default_model, "recorded_by": f"odqa reindex ({holder}), a later run: the one that "
-                "published this release stopped before it recorded its figures"}, report)  # fmt: skip
-            log.info("recorded the figures of release %s in metrics (reindex:%s): the re-index that published it "
-                     "stopped before it recorded them", release.release, release.release)  # fmt: skip
+        for earlier in published_releases(ws):
+            if _figures_unrecorded(ws, earlier):
+                # the run that published it was stopped (killed) between its publish and its record
+                _record_figures(ws, earlier.release, earlier.figures, {
+                    "model": earlier.default_model, "recorded_by": f"odqa reindex ({holder}), a later run: the one "
+                    "that published this release stopped before it recorded its figures"}, report)  # fmt: skip
+                log.info("recorded the figures of release %s in metrics (reindex:%s): the re-index that published "
+                         "it stopped before it recorded them", earlier.release, earlier.release)  # fmt: skip
     if published.published:
         publish_table(f"reindex-{release.release}", f"Re-index {release.release}",
                       [{"figure": k, "value": v} for k, v in figures.items()])  # fmt: skip
