@@ -328,6 +328,7 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
     withheld, said so in the Publication and recorded (`last_refusal`)."""
     with _file_lock(ws.indexes_dir / PUBLISH_LOCK, wait_seconds=600):
         current = current_release(ws)
+        forget_unpublished(ws, current)
         wanted = workspace_release(ws, passages_version, change, figures, current)
         if wanted.bm25 is None and not wanted.dense:
             raise NoReleaseError(f"no finished index of passages version {passages_version} to publish in "
@@ -375,6 +376,21 @@ def switch_current(ws: Workspace, release: Release) -> None:
     """Record `release` and point searchers at it (one rename: readers see the old or the new pointer)."""
     atomic_write_json(releases_dir(ws) / f"{release.release}.json", release.to_json())
     atomic_write_json(pointer_path(ws), release.to_json())
+
+
+def forget_unpublished(ws: Workspace, current: Release | None) -> list[str]:
+    """Delete the records of releases newer than `current` (ids start with their UTC time): a
+    publish killed between writing its record and switching the pointer (`switch_current`) left
+    one that never served. Kept, it would count among the `keep` newest (an older release that
+    did serve pruned too early) and pass for a published release. Called under the publish lock."""
+    if current is None or not releases_dir(ws).is_dir():
+        return []
+    removed = []
+    for path in sorted(releases_dir(ws).glob("*.json")):
+        if path.stem > current.release:
+            path.unlink(missing_ok=True)
+            removed.append(path.stem)
+    return removed
 
 
 def published_releases(ws: Workspace) -> list[Release]:

@@ -42,7 +42,7 @@ from ...storage.choices import IndexType, PassageFormat
 from ...storage.metrics import has_run, metric_rows, numeric_figures
 from ...storage.model_registry import ModelRef
 from ...storage.passages import require_passages
-from ...storage.releases import Release, published_releases, reindex_lock
+from ...storage.releases import Release, current_release, published_releases, reindex_lock
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
 from ..plumbing.publish import publish_indexes
@@ -137,7 +137,9 @@ def _figures_unrecorded(ws: Workspace, release: Release) -> bool:
     `reindex:<release>`. The publish and the record are two commits; a kill between them (the
     publish's pruning of old builds can take a while) would otherwise lose the figures for good,
     since every later run finds the release current and publishes nothing."""
-    return bool(release.figures) and not has_run(ws, f"reindex:{release.release}")
+    current = current_release(ws)
+    published = current is not None and release.release <= current.release  # (a newer one never served)
+    return published and bool(release.figures) and not has_run(ws, f"reindex:{release.release}")
 
 
 @flow(name="reindex")

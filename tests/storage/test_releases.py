@@ -123,3 +123,25 @@ def test_a_build_not_released_yet_survives_a_publish_of_the_older_passages(works
         fake_dense(workspace, "dpr", version, "flat")
         pruned += publish(workspace, version, keep=2).pruned_builds
     assert "bm25/v3" in pruned and not layout.bm25("v3").exists() and layout.bm25_built("v6")
+
+
+def test_a_record_a_killed_publish_left_beside_the_old_pointer_is_forgotten(workspace: Workspace) -> None:
+    """`switch_current` writes the new record, then the pointer: killed in between, it leaves a
+    record that never served. It must not count among the kept releases (which would prune one
+    that did serve too early) nor pass for a published one."""
+    from odqa.storage.atomic import atomic_write_json
+    from odqa.storage.releases import releases_dir, workspace_release
+
+    fake_bm25(workspace, "v1")
+    served = [publish(workspace, "v1", keep=2).release]
+    fake_bm25(workspace, "v2")
+    served.append(publish(workspace, "v2", keep=2).release)
+    fake_bm25(workspace, "v3")
+    never = workspace_release(workspace, "v3", current=current_release(workspace))
+    atomic_write_json(releases_dir(workspace) / f"{never.release}.json", never.to_json())  # the kill came here
+    assert current_release(workspace) == served[-1]
+    fake_bm25(workspace, "v4")
+    latest = publish(workspace, "v4", keep=2)
+    kept = [r.release for r in published_releases(workspace)]
+    assert kept == [served[-1].release, latest.release.release], kept  # v2's release kept, the unserved one gone
+    assert not (releases_dir(workspace) / f"{never.release}.json").exists()
