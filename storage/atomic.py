@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import io
 import json
 import os
@@ -112,6 +113,32 @@ def _temporary_sibling(path: Path, kind: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.{kind}")
 
 
+def stale_sibling_name(target: Path, kind: str) -> Path:
+    """A fresh hidden sibling of `target` for this process to build it in
+    (`.<name>.<id>.<kind>-<pid>`), which `reclaim_stale_siblings` deletes once the pid is gone."""
+    return _temporary_sibling(target, f"{kind}-{os.getpid()}")
+
+
+def reclaim_stale_siblings(target: Path, kind: str) -> list[Path]:
+    """Delete what killed writers of `target` left beside it: their `stale_sibling_name` siblings
+    (files or folders, and the temporary files of atomic writes into them) whose pid no longer
+    runs on this host (or that name none). A live writer's are left alone. Returns what was
+    deleted."""
+    name = glob.escape(target.name)
+    removed = []
+    for pattern in (f".{name}.*.{kind}*", f"..{name}.*.{kind}-*.tmp"):
+        for stale in target.parent.glob(pattern):
+            pid = stale.name.rpartition(f".{kind}-")[2].split(".", 1)[0]
+            if pid.isdigit() and process_alive(int(pid)):
+                continue
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_file(path: Path | str) -> Iterator[IO[bytes]]:
     """A binary handle whose content appears under `path` when the block ends without error
@@ -167,14 +194,35 @@ def write_parquet_atomic(data: pa.Table, path: Path | str, compression: str = "z
     return atomic_write(path, lambda handle: pq.write_table(data, handle, compression=compression))
 
 
+REPLACED = "old"  # the kind of the older folder `replace_directory` renames aside
+
+
+def recover_replaced(target: Path) -> None:
+    """Clear what a killed `replace_directory` left of `target`'s swap (only a dead pid's).
+
+    Killed between its two renames, it left no `target` and the older, complete folder renamed
+    aside: that is put back, so `target` is as it was before. Killed later, while deleting the
+    older folder, it left that folder half deleted beside a complete `target`: it is deleted."""
+    name = glob.escape(target.name)
+    for old in sorted(target.parent.glob(f".{name}.*.{REPLACED}-*")):
+        pid = old.name.rpartition(f".{REPLACED}-")[2]
+        if not pid.isdigit() or process_alive(int(pid)) or not old.is_dir() or old.is_symlink():
+            continue
+        if not target.exists() and not target.is_symlink():
+            os.replace(old, target)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def replace_directory(staging: Path, target: Path) -> None:
     """Move a fully written `staging` folder to `target`, replacing an older `target`.
 
     The older folder is first renamed aside and deleted after the switch, so `target` names a
-    complete folder at every moment but one rename apart.
+    complete folder at every moment but one rename apart. What a kill leaves of a swap (the
+    older folder renamed aside, put back or half deleted) is cleared by `recover_replaced`.
     """
     if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+        old = stale_sibling_name(target, REPLACED)  # (named after this pid: `recover_replaced` finds it)
         os.replace(target, old)
         os.replace(staging, target)
         shutil.rmtree(old, ignore_errors=True)
@@ -189,10 +237,8 @@ def building_directory(target: Path) -> Iterator[Path]:
     hidden `.building-<pid>` folder that the next build of the same target clears, while a build
     still running elsewhere keeps its folder (two live builds both finish; the last swap wins)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.*.building*"):
-        pid = stale.name.rpartition(".building-")[2]
-        if not (pid.isdigit() and process_alive(int(pid))):
-            shutil.rmtree(stale, ignore_errors=True)
+    recover_replaced(target)
+    reclaim_stale_siblings(target, "building")
     staging = _temporary_sibling(target, f"building-{os.getpid()}")
     staging.mkdir()
     try:

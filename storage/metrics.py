@@ -50,6 +50,13 @@ def numeric_figures(figures: Mapping[str, Any]) -> list[tuple[str, float, str]]:
             if isinstance(value, int | float) and not isinstance(value, bool)]  # fmt: skip
 
 
+def has_run(ws: Workspace, run: str) -> bool:
+    """Whether `metrics` holds any row of the run `run` (False before the table exists)."""
+    if ws.rows("metrics") == 0:
+        return False
+    return bool(ws.sql(f"SELECT count(*) AS n FROM metrics WHERE run = {_quote(run)}").column("n")[0].as_py())
+
+
 def run_metrics(ws: Workspace, run: str, *, groups: bool = False) -> pa.Table:
     """A run's figures: dataset, split, group, metric, value (overall rows only unless `groups`)."""
     where = "" if groups else " AND \"group\" = ''"

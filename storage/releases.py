@@ -21,7 +21,8 @@ that would is not published: `publish` says what it lacks and for whom, and reco
 `indexes/refused.json` (the service's /health shows it) until a release is published again.
 
 Old releases are pruned (the newest `keep` stay, so searches that started on them finish), and
-so are the index builds no kept release and no current passages version uses. Two re-indexes
+so are the index builds only pruned releases used (`prune_builds`); a build not released yet
+(withheld, or still being built by another command) is not an old release's and stays. Two re-indexes
 never overlap: `reindex_lock` is taken for a whole re-index; a second one waits up to
 `wait_seconds` and is then refused, saying which run holds the lock since when.
 """
@@ -327,6 +328,7 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
     withheld, said so in the Publication and recorded (`last_refusal`)."""
     with _file_lock(ws.indexes_dir / PUBLISH_LOCK, wait_seconds=600):
         current = current_release(ws)
+        forget_unpublished(ws, current)
         wanted = workspace_release(ws, passages_version, change, figures, current)
         if wanted.bm25 is None and not wanted.dense:
             raise NoReleaseError(f"no finished index of passages version {passages_version} to publish in "
@@ -376,6 +378,21 @@ def switch_current(ws: Workspace, release: Release) -> None:
     atomic_write_json(pointer_path(ws), release.to_json())
 
 
+def forget_unpublished(ws: Workspace, current: Release | None) -> list[str]:
+    """Delete the records of releases newer than `current` (ids start with their UTC time): a
+    publish killed between writing its record and switching the pointer (`switch_current`) left
+    one that never served. Kept, it would count among the `keep` newest (an older release that
+    did serve pruned too early) and pass for a published release. Called under the publish lock."""
+    if current is None or not releases_dir(ws).is_dir():
+        return []
+    removed = []
+    for path in sorted(releases_dir(ws).glob("*.json")):
+        if path.stem > current.release:
+            path.unlink(missing_ok=True)
+            removed.append(path.stem)
+    return removed
+
+
 def published_releases(ws: Workspace) -> list[Release]:
     """Every kept release, oldest first."""
     folder = releases_dir(ws)
@@ -396,17 +413,53 @@ def prune_releases(ws: Workspace, keep: int) -> list[str]:
     return removed
 
 
+def _release_time(release: Release) -> float:
+    """When `release` was published, as a Unix time (its id starts with the UTC time to the
+    microsecond; `created_at`, to the second, for an id that does not)."""
+    try:
+        stamp = datetime.strptime(release.release.split("-", 1)[0], "%Y%m%dT%H%M%S%fZ")
+        return stamp.replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        try:
+            return datetime.fromisoformat(release.created_at).timestamp()
+        except ValueError:
+            return 0.0
+
+
+def _touched(folder: Path) -> float:
+    """The last time `folder` or one of its entries changed (a build adds entries as it goes)."""
+    times = [folder.stat().st_mtime]
+    with contextlib.suppress(OSError):
+        times += [entry.stat(follow_symlinks=False).st_mtime for entry in folder.iterdir()]
+    return max(times)
+
+
 def prune_builds(ws: Workspace, passages_version: str) -> list[str]:
-    """Delete index builds of other passages versions that no kept release uses."""
-    used = {passages_version}
-    for release in published_releases(ws):
-        used.add(release.passages_version)
+    """Delete the index builds that only pruned releases used.
+
+    Kept: the builds of every kept release's passages version, of `passages_version` (the one
+    being published) and of the workspace's current passages version, and every build changed
+    since the oldest kept release was published. A build no kept release serves is then either
+    one an older release used (it existed before that release, so before every kept one) or one
+    never released yet: withheld until the other served indexes are rebuilt (`odqa bm25 index`
+    on new passages), or still being built by another command (a re-index encoding while
+    `odqa release pin` publishes the old passages again). Those are not an old release's to
+    delete; they go once they are older than every kept release."""
+    kept = published_releases(ws)
+    used = {passages_version, *(release.passages_version for release in kept)}
+    used.add(ws.table_version("passages"))
+    since = min((_release_time(release) for release in kept), default=0.0)
     layout = IndexLayout.of(ws)
     removed = []
     candidates = [d for d in (layout.root / BM25_DIR).glob("*") if d.is_dir()]
     candidates += [d for d in (layout.root / DENSE_DIR).glob("*/*") if d.is_dir()]
     for folder in candidates:
         if folder.name.startswith(".") or folder.name in used:
+            continue
+        try:
+            if _touched(folder) >= since:
+                continue
+        except FileNotFoundError:  # deleted meanwhile
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(str(folder.relative_to(layout.root)))

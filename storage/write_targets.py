@@ -25,12 +25,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .atomic import atomic_write_json, building_directory, naming_full_disk
+from .atomic import (
+    atomic_write_json,
+    building_directory,
+    naming_full_disk,
+    reclaim_stale_siblings,
+    recover_replaced,
+    stale_sibling_name,
+)
 from .catalog import CATALOG_FILE
 from .ingest_state import INGEST_DIR
 from .locks import LOCKS_DIR
@@ -39,6 +45,7 @@ from .table_files import TABLES_DIR
 from .tables import STAGING_DIR
 
 EXPORT_MARKER = ".odqa-export.json"
+WRITING = "writing"  # the kind of an export file's staged sibling (`atomic.stale_sibling_name`)
 
 # Everything odqa keeps at a workspace's top level: storage's files and folders (`Workspace`'s
 # folders by name), and the command line's logs, the Prefect server's state and the watched
@@ -137,6 +144,7 @@ def export_folder(out: str | os.PathLike[str], workspace: Path, *, option: str, 
     """An empty folder to write an export of `kind` in; when the block succeeds it gets the
     export marker (with `about`) and replaces `out` (checked by `check_folder_target` before and
     again at the swap); when it fails, `out` is left as it was."""
+    recover_replaced(Path(out).expanduser().resolve())  # a killed swap's earlier export comes back first
     target = check_folder_target(out, workspace, option=option, kind=kind, force=force)
     with building_directory(target) as staging:
         yield staging
@@ -149,9 +157,13 @@ def export_folder(out: str | os.PathLike[str], workspace: Path, *, option: str, 
 def export_file(out: str | os.PathLike[str], workspace: Path, *, option: str, force: bool) -> Iterator[Path]:
     """A path beside `out` to write the file at; when the block succeeds the file is put at `out`
     (replacing an existing one only with `force`; checked by `check_file_target` before and at
-    the end); when it fails, nothing is left."""
+    the end); when it fails, nothing is left. The staged file is named after its writer's pid, so
+    what a killed export left (a hidden partial copy, as big as the file) is deleted by the next
+    export to the same path."""
     target = check_file_target(out, workspace, option=option, force=force)
-    staged = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.writing")
+    if target.parent.is_dir():
+        reclaim_stale_siblings(target, WRITING)  # a killed export's partial copy: as big as the file
+    staged = stale_sibling_name(target, WRITING)
     try:
         with naming_full_disk(target):
             yield staged

@@ -63,6 +63,7 @@ class VerbCommand(click.Command):
         self.precheck = precheck
 
     def invoke(self, ctx: click.Context):
+        refuse_undecodable(ctx)
         if self.precheck is not None:
             self.precheck(ctx.params)
         root = ctx.find_root()
@@ -72,6 +73,31 @@ class VerbCommand(click.Command):
         if root.obj is not None and "prefect_api" not in root.obj and verb not in PREFECTLESS_VERBS:
             use_prefect(root, start=verb not in SERVERLESS_VERBS)
         return super().invoke(ctx)
+
+
+def refuse_undecodable(ctx: click.Context) -> None:
+    """Refuse, naming it escaped, an argument holding bytes that are not UTF-8 (a Latin-1 file
+    name, say): Python holds them as surrogates, which the Prefect API (a flow run's parameters),
+    the log and the tables cannot store, so the verb would fail later with a bare codec error."""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        for text in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(text, str) and (shown := _escaped_if_not_utf8(text)) is not None:
+                raise click.BadParameter(f"{shown} is not UTF-8 (shown escaped): odqa names paths and values in "
+                                         "its logs and tables, which hold UTF-8 only; rename the file (or its folder)",
+                                         ctx=ctx, param=param)  # fmt: skip
+
+
+def _escaped_if_not_utf8(text: str) -> str | None:
+    """`text` with its bytes that are not UTF-8 escaped (`\\xe9`), or None when it is all UTF-8."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # (a surrogate no file name decodes to)
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def open_verb_workspace(chosen: str | None, creating: bool) -> None:

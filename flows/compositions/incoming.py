@@ -27,6 +27,7 @@ import errno
 import os
 import stat
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +44,8 @@ BEIR_CORPUS = "corpus.jsonl"
 #: How long a file must be left unchanged before a run takes it (a writer that pauses longer
 #: must write under a temporary name and rename).
 SETTLE_SECONDS = 60.0
+ODD_NAME = ("a name that is not UTF-8 or holds a control character (shown escaped): it cannot be named in logs and "
+            "tables as it is; rename it")  # fmt: skip
 
 
 class NotTaken(Exception):
@@ -111,6 +114,16 @@ def _temporary(name: str) -> str | None:
     return None
 
 
+def _odd_name(name: str) -> str | None:
+    """The name as messages show it (escaped), when it is one that no message, log line or table
+    may carry as it is, else None: bytes that are not UTF-8 (Python holds them as surrogates,
+    which every UTF-8 log handler, the Prefect API and Parquet refuse, so the whole run failed on
+    them), or a control character such as a newline (it would start a forged line in the log)."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    odd = text != name or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+    return "".join(c if unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1] for c in text) if odd else None
+
+
 def _not_plain(mode: int) -> str | None:
     """Why an entry of this `lstat` mode is refused, else None (a regular file or a folder)."""
     if stat.S_ISLNK(mode):
@@ -123,6 +136,9 @@ def _not_plain(mode: int) -> str | None:
 def _unsettled(looked: os.stat_result, settle_seconds: float, now: float) -> str | None:
     """Why a file changed too recently to be taken, else None."""
     age = now - looked.st_mtime
+    if age < -1.0:  # (beyond a file system's time granularity)
+        return (f"its modification time is {-age:,.0f} s in the future (a clock ahead, or a time the copy set): "
+                f"taken {settle_seconds:g} s after that time; touch it to take it once settled from now")  # fmt: skip
     if age < settle_seconds:
         return f"changed {max(age, 0):.0f} s ago, within the settle time of {settle_seconds:g} s: taken once unchanged"
     return None
@@ -141,6 +157,9 @@ def _look_at_entry(incoming: Incoming, path: Path, passages_format: str | None, 
                    now: float) -> Taken | None:  # fmt: skip
     """The entry as a file to take, or None with why filed in `incoming`."""
     name = path.name
+    if (shown := _odd_name(name)) is not None:
+        incoming.refused[shown] = ODD_NAME
+        return None
     why = _temporary(name) if incoming.folder else None
     if why:
         incoming.left[name] = why
@@ -259,20 +278,66 @@ def still_unchanged(taken: Taken, handle: BinaryIO) -> bool:
 def set_aside(incoming: Incoming, taken: Taken, why: str) -> str | None:
     """Move a malformed entry into the folder's ``rejected/`` (stamped with the time, beside a
     ``.why`` note with the content-free reason), so the next runs take the other files; returns
-    where it went, or None when it stays (a watched single file, or a move that failed)."""
+    where it went, or None when it stays (a watched single file, a ``rejected`` that is not a
+    folder of its own, or a move that failed).
+
+    ``rejected`` is an entry of the watched folder like any other, so whoever drops files there
+    can make it a link: it is opened without following one (`_rejected_folder`) and the file is
+    moved and the note written relative to that very folder, never through a path that a link
+    swapped in meanwhile would lead out of the watched folder."""
     if not incoming.folder:
         return None
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    target = incoming.source / REJECTED / f"{stamp}-{taken.path.name}"
+    name = f"{stamp}-{taken.path.name}"
     try:
-        target.parent.mkdir(exist_ok=True)
-        if target.exists() or target.is_symlink():
-            return None
-        os.rename(taken.path, target)
+        source = os.open(incoming.source, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    from ...storage.atomic import atomic_write_text  # (pyarrow: not imported by the CLI's option defaults)
+    try:
+        rejected = _rejected_folder(source)
+        if rejected is None:
+            return None
+        try:
+            try:
+                os.lstat(name, dir_fd=rejected)
+                return None  # (set aside under this name already, this very second)
+            except FileNotFoundError:
+                pass
+            os.rename(taken.path.name, name, src_dir_fd=source, dst_dir_fd=rejected)
+            with contextlib.suppress(OSError):
+                _write_note(rejected, f"{name}.why", why + "\n")
+        finally:
+            os.close(rejected)
+    except OSError:
+        return None
+    finally:
+        os.close(source)
+    return f"{REJECTED}/{name}"
 
-    with contextlib.suppress(OSError):
-        atomic_write_text(target.with_name(f"{target.name}.why"), why + "\n")
-    return f"{REJECTED}/{target.name}"
+
+def _rejected_folder(source: int) -> int | None:
+    """A descriptor of ``rejected/`` in the watched folder `source` (made when missing), or None
+    when that name is a link, a file or anything but a folder."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(REJECTED, 0o700, dir_fd=source)
+    try:
+        return os.open(REJECTED, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=source)
+    except OSError:  # ELOOP: a link; ENOTDIR: a file
+        return None
+
+
+def _write_note(folder: int, name: str, text: str) -> None:
+    """`text` as the file `name` in the folder `folder`, complete or not at all: written under a
+    temporary name (created afresh, never through a link) and renamed into place."""
+    temporary = f".{name}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as note:
+            note.write(text)
+            note.flush()
+            os.fsync(note.fileno())
+        os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=folder)
+        raise

@@ -188,12 +188,15 @@ def _record(run: _Run, name: str, imported: ImportPassagesReport, outcome: str) 
 
 def _refuse_malformed(run: _Run) -> MalformedFilesError:
     """The run's failure: each malformed file with where and why (set aside from a watched folder)."""
-    lines = []
+    lines, stays = [], False
     for taken, why in run.malformed:
         where = set_aside(run.incoming, taken, why)
+        stays = stays or where is None
         moved = f" (set aside as {where}: fix it and move it back)" if where else " (fix or remove it)"
         lines.append(f"{why}{moved}")
     others = sorted(set(run.report.added) | set(run.report.replaced))
-    later = f"; the other files ({', '.join(others)}) are taken by the next run" if others and run.incoming.folder else ""
+    # (only once every malformed file is out of the way: one that stays fails the next run too)
+    later = (f"; the other files ({', '.join(others)}) are taken by the next run"
+             if others and run.incoming.folder and not stays else "")  # fmt: skip
     return MalformedFilesError(f"nothing of this re-index was committed: {len(lines)} malformed file"
                                f"{'s' if len(lines) != 1 else ''}{later}:\n" + "\n".join(lines))  # fmt: skip

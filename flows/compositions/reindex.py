@@ -39,10 +39,10 @@ from prefect import flow
 
 from ...storage import Workspace
 from ...storage.choices import IndexType, PassageFormat
-from ...storage.metrics import metric_rows, numeric_figures
+from ...storage.metrics import has_run, metric_rows, numeric_figures
 from ...storage.model_registry import ModelRef
 from ...storage.passages import require_passages
-from ...storage.releases import reindex_lock
+from ...storage.releases import Release, current_release, published_releases, reindex_lock
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
 from ..plumbing.publish import publish_indexes
@@ -120,6 +120,26 @@ def checked_plan(ws: Workspace, *, model: str | None, bm25: bool, dense: bool, d
     if plan.change.drop_bm25:
         log.info("drops bm25 (named)")
     return plan
+
+
+def _record_figures(ws: Workspace, release: str, figures: dict[str, Any], config: dict[str, Any],
+                    report: ReindexReport) -> None:  # fmt: skip
+    """The re-index's figures as `metrics` rows of the run `reindex:<release>`, in one commit."""
+    with ws.transaction(f"reindex:{release}") as tx:
+        tx.write("metrics", metric_rows(f"reindex:{release}", numeric_figures(figures), config=config),
+                 source=f"reindex:{release}")  # fmt: skip
+        tx.report = report.ledger()
+
+
+def _figures_unrecorded(ws: Workspace, release: Release) -> bool:
+    """Whether `release` was published by a re-index that stopped before it recorded its figures:
+    the release carries them (only a re-index publishes figures), `metrics` has no row of the run
+    `reindex:<release>`. The publish and the record are two commits; a kill between them (the
+    publish's pruning of old builds can take a while) would otherwise lose the figures for good,
+    since every later run finds the release current and publishes nothing."""
+    current = current_release(ws)
+    published = current is not None and release.release <= current.release  # (a newer one never served)
+    return published and bool(release.figures) and not has_run(ws, f"reindex:{release.release}")
 
 
 @flow(name="reindex")
@@ -216,20 +236,25 @@ def reindex_flow(
             raise ReindexRefused(f"the re-index built passages {version} but did not publish them: since it started, "
                                  f"what serves changed and the release would lack {'; '.join(published.withheld)}. "
                                  "Run it again: it rebuilds what serves now")  # fmt: skip
-    release = published.release
-    assert release is not None  # published, or the current release serves these very builds
-    report = ReindexReport(release=release.release, previous=published.previous, passages_version=version,
-                           model=release.default_model, models=[ref.passage_name for ref in plan.models],
-                           dropped=release.dropped if published.published else [], figures=figures,
-                           pruned_releases=published.pruned_releases, ingested=ingested.as_dict(),
-                           noop=not published.published)  # fmt: skip
+        release = published.release
+        assert release is not None  # published, or the current release serves these very builds
+        report = ReindexReport(release=release.release, previous=published.previous, passages_version=version,
+                               model=release.default_model, models=[ref.passage_name for ref in plan.models],
+                               dropped=release.dropped if published.published else [], figures=figures,
+                               pruned_releases=published.pruned_releases, ingested=ingested.as_dict(),
+                               noop=not published.published)  # fmt: skip
+        if published.published:
+            _record_figures(ws, release.release, figures, {"model": release.default_model, "index_type": index_type,
+                                                           "ingested": report.ingested}, report)  # fmt: skip
+        for earlier in published_releases(ws):
+            if _figures_unrecorded(ws, earlier):
+                # the run that published it was stopped (killed) between its publish and its record
+                _record_figures(ws, earlier.release, earlier.figures, {
+                    "model": earlier.default_model, "recorded_by": f"odqa reindex ({holder}), a later run: the one "
+                    "that published this release stopped before it recorded its figures"}, report)  # fmt: skip
+                log.info("recorded the figures of release %s in metrics (reindex:%s): the re-index that published "
+                         "it stopped before it recorded them", earlier.release, earlier.release)  # fmt: skip
     if published.published:
-        with ws.transaction(f"reindex:{release.release}") as tx:
-            tx.write("metrics", metric_rows(f"reindex:{release.release}", numeric_figures(figures),
-                                            config={"model": release.default_model, "index_type": index_type,
-                                                    "ingested": report.ingested}),
-                     source=f"reindex:{release.release}")  # fmt: skip
-            tx.report = report.ledger()
         publish_table(f"reindex-{release.release}", f"Re-index {release.release}",
                       [{"figure": k, "value": v} for k, v in figures.items()])  # fmt: skip
         log.info("re-index %s published; pruned old releases: %s", release.release,

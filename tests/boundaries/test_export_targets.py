@@ -113,6 +113,44 @@ def test_a_failed_replacement_leaves_the_earlier_export_and_no_temporaries(ws: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "ws"]
 
 
+_KILLED_EXPORT = """
+import os, signal, sys
+from pathlib import Path
+from odqa.storage.atomic import atomic_text_file
+from odqa.storage.write_targets import export_file
+with export_file(Path(sys.argv[1]), Path(sys.argv[2]), option="OUT", force=False) as staged:
+    with atomic_text_file(staged) as handle:  # as write_dpr_tsv writes it
+        handle.write("id\\ttext\\ttitle\\n" + "half a passage\\n" * 1000)
+        handle.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_what_a_killed_file_export_left_is_reclaimed_by_the_next_export(ws: Path, tmp_path: Path) -> None:
+    """A SIGKILLed export leaves its hidden partial copy (as big as the file); the next export to the
+    same path deletes it, and leaves a live writer's alone."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "passages.tsv"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_EXPORT, str(target), str(ws)], cwd=REPO_ROOT,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    left = sorted(p.name for p in out.iterdir())
+    assert left and all(name.startswith(".") for name in left) and not target.exists(), left
+    live = out / f".passages.tsv.0123abcd.writing-{os.getpid()}"  # another export of this path, still running
+    live.write_text("being written\n")
+    with export_file(target, ws, option="OUT", force=False) as staged:
+        staged.write_text("id\ttext\ttitle\n")
+    assert sorted(p.name for p in out.iterdir()) == sorted([live.name, "passages.tsv"])
+    assert target.read_text() == "id\ttext\ttitle\n"
+
+
 def test_a_file_that_appears_while_an_export_is_written_is_not_overwritten(ws: Path, tmp_path: Path) -> None:
     target = tmp_path / "passages.tsv"
     with pytest.raises(WriteRefused, match="passages.tsv exists; pass --force"), \

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,18 @@ def test_a_full_disk_during_an_import_or_export_is_named_on_the_command_line(cli
     result = cli("--workspace", str(root), "export", "passages", str(out), ok=False)
     assert f"odqa: error: {out}: no space left on the device while writing it" in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["passages.tsv", "ws"]
+
+
+def test_a_path_that_is_not_utf8_is_refused_naming_it_escaped(cli, tmp_path: Path) -> None:
+    """A Latin-1 file name reaches Python as surrogates, which no log, table or flow run parameter
+    holds: the verb refuses the argument, shown escaped, before any work, not with a codec error."""
+    root = tmp_path / "ws"
+    fill_workspace(root)
+    latin1 = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9.tsv"))
+    latin1.write_text("id\ttext\ttitle\nnew-1\tsome text\tT\n", encoding="utf-8")
+    before = workspace_state(root)
+    for args in (("import", "passages", "--format", "dpr-tsv", str(latin1)), ("reindex", "--passages", str(latin1))):
+        result = cli("--workspace", str(root), *args, ok=False)
+        assert result.exit_code == 2, result.output
+        assert f"{tmp_path}/caf\\xe9.tsv is not UTF-8 (shown escaped)" in result.output, result.output
+    assert workspace_state(root) == before

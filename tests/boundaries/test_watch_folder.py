@@ -79,6 +79,17 @@ def test_a_growing_file_waits_until_unchanged_for_the_settle_time(workspace: Wor
     assert titles == ["Eiffel Tower"]
 
 
+def test_a_file_dated_in_the_future_waits_saying_so(workspace: Workspace, incoming: Path) -> None:
+    """A modification time ahead of the clock (an archive's, another machine's) is not a file
+    'changed 0 s ago': the run says the time is in the future, and how to take the file."""
+    future = _tsv(incoming / "a.tsv", [("a1", "From a machine whose clock runs ahead.", "A")], settled=False)
+    _age(future, seconds=-10 * 24 * 3600)
+    report = _run(workspace, incoming)
+    assert report.added == [] and "in the future" in report.left["a.tsv"] and "touch it" in report.left["a.tsv"]
+    os.utime(future, (time.time() - 3600, time.time() - 3600))
+    assert _run(workspace, incoming).added == ["a.tsv"]
+
+
 def test_temporary_names_are_never_taken(workspace: Workspace, incoming: Path) -> None:
     names = [".new.tsv", "new.tsv.part", "new.tsv.tmp", "new.tsv.partial", "new.tsv.crdownload", "new.tsv~", "~new.tsv"]
     for number, name in enumerate(names):
@@ -135,6 +146,49 @@ def test_a_malformed_file_fails_the_run_before_anything_is_committed(workspace: 
     assert not (incoming / "b-bad.tsv").exists()
     again = _run(workspace, incoming)  # the next run takes the good file; rejected/ is not an input
     assert again.added == ["a-good.tsv"] and "rejected" in again.ignored and _ids(workspace) == ["g1"], again
+
+
+@pytest.mark.parametrize("made", ["link to a folder outside", "link to a folder inside", "file"])
+def test_a_rejected_that_is_no_folder_of_its_own_is_never_written_through(workspace: Workspace, incoming: Path,
+                                                                         tmp_path: Path, made: str) -> None:  # fmt: skip
+    """`rejected` is an entry of the watched folder: whoever drops files there can make it a link.
+    A malformed file is then not set aside (it stays, the run says so) and nothing is moved or
+    written where the link leads."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    if made == "file":
+        (incoming / REJECTED).write_text("not a folder\n", encoding="utf-8")
+    else:
+        target = outside if made.endswith("outside") else incoming / "sub"
+        target.mkdir(exist_ok=True)
+        (incoming / REJECTED).symlink_to(target)
+    _tsv(incoming / "a-good.tsv", [("g1", "A good passage.", "Good")])
+    (incoming / "b-bad.tsv").write_text(f"{HEADER}b1\tno title\n", encoding="utf-8")
+    _age(incoming / "b-bad.tsv")
+    with pytest.raises(MalformedFilesError) as refused:
+        _run(workspace, incoming)
+    assert "taken by the next run" not in str(refused.value)  # the malformed file stays: it fails that run too
+    assert f"{incoming / 'b-bad.tsv'}:2: expected 3 tab-separated fields" in str(refused.value)
+    assert "(fix or remove it)" in str(refused.value) and "set aside" not in str(refused.value)
+    assert (incoming / "b-bad.tsv").is_file() and list(outside.iterdir()) == []
+    assert not (incoming / "sub").exists() or list((incoming / "sub").iterdir()) == []
+
+
+def test_a_name_that_is_not_utf8_or_holds_a_newline_is_refused_escaped_not_fatal(workspace: Workspace,
+                                                                                 incoming: Path) -> None:  # fmt: skip
+    """Such a name cannot be logged or stored as it is (a surrogate fails every UTF-8 writer, a
+    newline forges a log line): it is refused, shown escaped, and the run takes the other files."""
+    _tsv(incoming / "a-good.tsv", [("g1", "A good passage.", "Good")])
+    _tsv(Path(os.fsdecode(bytes(incoming) + b"/b-latin1-\xe9t\xe9.tsv")), [("l1", "Latin-1 name.", "L")])
+    _tsv(incoming / "c-new\nline.tsv", [("n1", "A newline in its name.", "N")])
+    (incoming / "d-tab\t.tsv.part").write_text(HEADER, encoding="utf-8")  # (checked before the temporary name)
+    report = _run(workspace, incoming)
+    assert report.added == ["a-good.tsv"] and _ids(workspace) == ["g1"], report
+    assert sorted(report.refused) == ["b-latin1-\\xe9t\\xe9.tsv", "c-new\\nline.tsv", "d-tab\\t.tsv.part"], report
+    assert all("not UTF-8 or holds a control character" in why for why in report.refused.values())
+    text = look_at(incoming, settle_seconds=SETTLE).describe() + report.summary() + json.dumps(report.as_dict())
+    text.encode("utf-8")  # (strict: no surrogate left)
+    assert "\n" not in text and "\t" not in text
 
 
 def test_files_of_one_run_must_not_clash_with_each_other(workspace: Workspace, incoming: Path) -> None:

@@ -85,3 +85,55 @@ def test_a_build_never_removes_a_live_builders_folder(tmp_path: Path) -> None:
     finally:
         live.kill()
         live.wait()
+
+
+_SWAP_THEN_DIE = """
+import os, signal, sys, threading, time
+from pathlib import Path
+from odqa.storage.atomic import building_directory
+target = Path(sys.argv[1])
+def die_once_swapped():  # SIGKILL as soon as the new folder is in place, while the old one is deleted
+    while not (target / "new").is_file():
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGKILL)
+threading.Thread(target=die_once_swapped, daemon=True).start()
+with building_directory(target) as staging:
+    (staging / "new").write_text("new")
+time.sleep(60)
+"""
+
+
+def test_what_a_killed_swap_left_is_cleared_by_the_next_build(tmp_path: Path) -> None:
+    """Killed while deleting the folder it replaced, a swap leaves that folder half deleted beside
+    the new one; the next build of the same target deletes it."""
+    target = tmp_path / "export"
+    target.mkdir()
+    for n in range(20_000):  # an earlier export big enough to take a while to delete
+        (target / f"old-{n}").write_bytes(b"")
+    repo = Path(__file__).resolve().parents[2]
+    killed = subprocess.run([sys.executable, "-c", _SWAP_THEN_DIE, str(target)], cwd=repo,
+                            env={**os.environ, "PYTHONPATH": str(repo)}, timeout=120)  # fmt: skip
+    assert killed.returncode == -9
+    assert (target / "new").read_text() == "new"
+    left = [p for p in tmp_path.iterdir() if p != target]
+    assert left and all(".old-" in p.name for p in left), left
+    with building_directory(target) as staging:
+        (staging / "newer").write_text("newer")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"] and os.listdir(target) == ["newer"]
+
+
+def test_a_swap_killed_between_its_renames_gets_the_earlier_folder_back(tmp_path: Path) -> None:
+    """Between its two renames a swap has moved the earlier folder aside and not yet put the new
+    one in place: the target is missing. The next build of it (or export to it) puts it back first."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    target = tmp_path / "export"
+    aside = tmp_path / f".export.0a1b2c3d.old-{dead.pid}"  # as replace_directory names it
+    aside.mkdir()
+    (aside / "corpus.jsonl").write_text("earlier\n")
+    (tmp_path / f".export.9f8e7d6c.building-{dead.pid}").mkdir()  # the new one, never swapped in
+    with building_directory(target) as staging:
+        assert (target / "corpus.jsonl").read_text() == "earlier\n"  # back before the new one is built
+        (staging / "corpus.jsonl").write_text("new\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert (target / "corpus.jsonl").read_text() == "new\n"

@@ -96,3 +96,52 @@ def test_a_second_reindex_waits_then_is_refused(workspace: Workspace) -> None:
         pass
     with reindex_lock(workspace, wait_seconds=0.2):  # released: the next one gets it
         pass
+
+
+def test_a_build_not_released_yet_survives_a_publish_of_the_older_passages(workspace: Workspace) -> None:
+    """`odqa bm25 index` on new passages is withheld until the dense index is rebuilt too; a
+    publish of the served passages in between (`odqa release pin`, `odqa tune-hybrid`, or one
+    while a re-index is still building) must not delete that build: it is not an old release's."""
+    layout = IndexLayout.of(workspace)
+    fake_bm25(workspace, "v1")
+    fake_dense(workspace, "dpr", "v1", "flat")
+    publish(workspace, "v1")
+    fake_bm25(workspace, "v2")
+    assert publish(workspace, "v2").withheld
+    pinned = publish(workspace, "v1", change=ServingChange(default_model="dpr", by="odqa release pin"))
+    assert pinned.published and pinned.pruned_builds == []
+    assert layout.bm25_built("v2")
+    fake_dense(workspace, "dpr", "v2", "flat")  # the missing index built: v2 is published after all
+    done = publish(workspace, "v2")
+    assert done.published and done.release.bm25 == "bm25/v2"
+    # a build never released goes once it is older than every kept release
+    fake_bm25(workspace, "v3")
+    assert publish(workspace, "v3").withheld
+    pruned = []
+    for version in ("v4", "v5", "v6"):
+        fake_bm25(workspace, version)
+        fake_dense(workspace, "dpr", version, "flat")
+        pruned += publish(workspace, version, keep=2).pruned_builds
+    assert "bm25/v3" in pruned and not layout.bm25("v3").exists() and layout.bm25_built("v6")
+
+
+def test_a_record_a_killed_publish_left_beside_the_old_pointer_is_forgotten(workspace: Workspace) -> None:
+    """`switch_current` writes the new record, then the pointer: killed in between, it leaves a
+    record that never served. It must not count among the kept releases (which would prune one
+    that did serve too early) nor pass for a published one."""
+    from odqa.storage.atomic import atomic_write_json
+    from odqa.storage.releases import releases_dir, workspace_release
+
+    fake_bm25(workspace, "v1")
+    served = [publish(workspace, "v1", keep=2).release]
+    fake_bm25(workspace, "v2")
+    served.append(publish(workspace, "v2", keep=2).release)
+    fake_bm25(workspace, "v3")
+    never = workspace_release(workspace, "v3", current=current_release(workspace))
+    atomic_write_json(releases_dir(workspace) / f"{never.release}.json", never.to_json())  # the kill came here
+    assert current_release(workspace) == served[-1]
+    fake_bm25(workspace, "v4")
+    latest = publish(workspace, "v4", keep=2)
+    kept = [r.release for r in published_releases(workspace)]
+    assert kept == [served[-1].release, latest.release.release], kept  # v2's release kept, the unserved one gone
+    assert not (releases_dir(workspace) / f"{never.release}.json").exists()
