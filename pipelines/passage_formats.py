@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import csv
 import itertools
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,6 +27,7 @@ from .questions.jsonstream import BOM, JsonFormatError, decode_json_line, title_
 from .tsv_lines import Quoting, TsvLineError, tsv_fields
 
 DPR_TSV_HEADER = ["id", "text", "title"]
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 PASSAGE_COLUMNS = ["passage_id", "article_id", "title", "text", "position"]
 
 # The longest record an import accepts (a line of the file). DPR's passages are ~100 words; the
@@ -200,12 +203,32 @@ def read_beir_corpus(path: Path, batch_size: int = 50_000, max_record_bytes: int
         yield _batch(rows)
 
 
-def write_dpr_tsv(batches: Iterable[pa.RecordBatch], out: Path) -> int:
-    """Write passages as DPR's psgs_w100.tsv (header `id text title`); returns rows written.
+@dataclass(frozen=True)
+class DprTsvWritten:
+    """What `write_dpr_tsv` wrote: passages, and how many had a line break turned into a space."""
 
-    Written to a temporary name and renamed, so an interrupted export never looks complete.
+    passages: int
+    line_breaks_as_spaces: int
+
+
+def _one_line(field: str | None) -> str | None:
+    """`field` with each line break (`\\r\\n`, `\\r`, `\\n`) a space (the same object when it has none)."""
+    if field is None or ("\n" not in field and "\r" not in field):
+        return field
+    return _LINE_BREAK.sub(" ", field)
+
+
+def write_dpr_tsv(batches: Iterable[pa.RecordBatch], out: Path) -> DprTsvWritten:
+    """Write passages as DPR's psgs_w100.tsv (header `id text title`), one passage a line.
+
+    A line break in a text or title (BEIR and DPR-JSON passages may hold one) is written as a
+    space: csv quoting would spread the record over several lines, which odqa's reader refuses
+    (a record is one line, `tsv_lines`) and line-based tools (`wc -l`, `split`, `shuf`) cut
+    apart. Lucene's analyzers and BERT-style tokenizers treat both alike as whitespace, so the
+    passage is retrieved the same. Written to a temporary name and renamed, so an interrupted
+    export never looks complete.
     """
-    count = 0
+    count = flattened = 0
     with atomic_text_file(out, newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(DPR_TSV_HEADER)
@@ -216,6 +239,8 @@ def write_dpr_tsv(batches: Iterable[pa.RecordBatch], out: Path) -> int:
                 batch.column("title").to_pylist(),
                 strict=True,
             ):
-                writer.writerow([pid, text, title])
+                line_text, line_title = _one_line(text), _one_line(title)
+                flattened += line_text is not text or line_title is not title
+                writer.writerow([pid, line_text, line_title])
                 count += 1
-    return count
+    return DprTsvWritten(passages=count, line_breaks_as_spaces=flattened)

@@ -52,6 +52,15 @@ class ImportPassagesReport(Report):
 class ExportPassagesReport(Report):
     path: str
     passages: int
+    line_breaks_as_spaces: int = 0  # passages whose text or title had a line break, written as a space
+
+    def as_figures(self) -> dict[str, Any]:
+        """The figures, without `line_breaks_as_spaces` when 0 (the usual case: DPR's and Wikipedia's
+        passages are one line each)."""
+        figures = super().as_figures()
+        if not self.line_breaks_as_spaces:
+            figures.pop("line_breaks_as_spaces", None)
+        return figures
 
 
 def passages_stage(fmt: str, path: Path) -> str:
@@ -221,5 +230,6 @@ def export_passages_flow(out: str, fmt: str = "dpr-tsv", force: bool = False,
     ws = Workspace.resolve(workspace)
     target = check_file_target(out, ws.root, option="OUT", force=force)
     with export_file(target, ws.root, option="OUT", force=force) as staged:
-        count = write_dpr_tsv(ws.scan("passages", columns=PASSAGE_COLUMNS), staged)
-    return ExportPassagesReport(path=str(target), passages=count)
+        written = write_dpr_tsv(ws.scan("passages", columns=PASSAGE_COLUMNS), staged)
+    return ExportPassagesReport(path=str(target), passages=written.passages,
+                                line_breaks_as_spaces=written.line_breaks_as_spaces)  # fmt: skip

@@ -29,9 +29,30 @@ def test_dpr_tsv_round_trips(tmp_path: Path) -> None:
     src = tmp_path / "psgs.tsv"
     src.write_text(DPR_TSV, encoding="utf-8")
     out = tmp_path / "out.tsv"
-    assert write_dpr_tsv(read_dpr_tsv(src), out) == 3
+    assert write_dpr_tsv(read_dpr_tsv(src), out).passages == 3
     assert _rows(read_dpr_tsv(out)) == _rows(read_dpr_tsv(src))
     assert out.read_text(encoding="utf-8").splitlines()[0] == "id\ttext\ttitle"
+
+
+def test_a_line_break_in_a_passage_is_exported_as_a_space_and_the_file_reads_back(tmp_path: Path) -> None:
+    """BEIR and DPR-JSON passages may hold line breaks; csv quoting would spread such a record over
+    several lines, which odqa's own reader refuses: the export writes one passage a line."""
+    rows = {
+        "passage_id": ["a", "b", "c", "d"],
+        "text": ["first line\nsecond line", "windows\r\nline\rold mac", 'tab\tand "quotes" stay', "plain"],
+        "title": ["T", "Two\nlines", "Q", None],
+    }
+    out = tmp_path / "out.tsv"
+    written = write_dpr_tsv([pa.RecordBatch.from_pydict(rows)], out)
+    assert (written.passages, written.line_breaks_as_spaces) == (4, 2)
+    assert len(out.read_bytes().split(b"\n")) == 1 + 4 + 1  # header, a line each, the last line's end
+    back = _rows(read_dpr_tsv(out))
+    assert [(r["passage_id"], r["text"], r["title"]) for r in back] == [
+        ("a", "first line second line", "T"),
+        ("b", "windows line old mac", "Two lines"),
+        ("c", 'tab\tand "quotes" stay', "Q"),
+        ("d", "plain", ""),
+    ]
 
 
 @pytest.mark.parametrize(
