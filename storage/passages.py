@@ -50,6 +50,12 @@ def passages_with_ids(ws: Workspace, passage_ids: Sequence[str] | pa.Array | Non
     return ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=selector)
 
 
+def known_passage_count(ws: Workspace, passage_ids: Sequence[str]) -> int:
+    """How many of the distinct `passage_ids` the passages table holds (reads their ids only)."""
+    wanted = pa.array(sorted(set(passage_ids)), pa.string())
+    return ws.read_table("passages", columns=["passage_id"], filter=pc.field("passage_id").isin(wanted)).num_rows
+
+
 def passages_by_id(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None) -> dict[str, tuple[str | None, str | None]]:
     """passage_id -> (title, text) for the given ids (every passage when None)."""
     table = passages_with_ids(ws, passage_ids)

@@ -11,6 +11,7 @@ from ...pipelines.retrieval.trec import read_trec_run
 from ...storage import Workspace
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.ids import check_run_name
+from ...storage.passages import known_passage_count
 from ...storage.questions import questions_with_ids
 from ...storage.reports import Report
 from ...storage.runs import evaluation_source, run_record_stage, run_source, with_run_name
@@ -26,6 +27,7 @@ class ImportRunReport(Report):
     rows: int
     questions: int
     questions_unknown: int
+    passages_unknown: int = 0  # distinct passage ids of the run the passages table lacks
 
 
 @flow(name="import-run")
@@ -45,14 +47,21 @@ def import_run_flow(path: str, run: str, fmt: str = "trec", workspace: str | Non
     table = read_trec_run(source_path)
     ids = sorted(set(table.column("question_id").to_pylist()))
     known = questions_with_ids(ws, ids, ["question_id"]).num_rows
+    passage_ids = set(table.column("passage_id").to_pylist())
+    passages_unknown = len(passage_ids) - known_passage_count(ws, list(passage_ids))
     with ws.transaction(run_record_stage(run), fingerprint=stage_fp) as tx:
         tx.replace_source("runs", run_source(run))
         tx.replace_source("metrics", evaluation_source(run))
         tx.write("runs", with_run_name(table, run), source=run_source(run))
         report = ImportRunReport(run=run, retriever=f"imported {fmt}", path=str(source_path), rows=table.num_rows,
-                                 questions=len(ids), questions_unknown=len(ids) - known)  # fmt: skip
+                                 questions=len(ids), questions_unknown=len(ids) - known,
+                                 passages_unknown=passages_unknown)  # fmt: skip
         tx.report = report.ledger()
     if report.questions_unknown:
         stage_logger().warning("%d question ids of %s are not in the questions table; evaluation ignores them",
                                report.questions_unknown, source_path.name)  # fmt: skip
+    if report.passages_unknown:
+        stage_logger().warning("%d passage ids of %s are not in the passages table; evaluation by answer match "
+                               "counts them as passages without the answer", report.passages_unknown,
+                               source_path.name)  # fmt: skip
     return report

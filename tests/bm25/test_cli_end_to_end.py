@@ -84,6 +84,13 @@ def test_index_retrieve_evaluate_compare_negatives(cli, java: None, tmp_path: Pa
     out = cli(*w, "compare", "bm25-toy", "imported", "--k", "1,5").output
     assert "bm25-toy vs imported" in out
     assert (ws / "plots" / "compare-bm25-toy-vs-imported.png").is_file()
+    assert "passages_unknown: 0" in cli(*w, "import", "run", str(trec), "--run", "imported").output  # no-op
+    # a run naming passages this workspace lacks says how many (answer match cannot find them)
+    foreign = tmp_path / "foreign.trec"
+    first = trec.read_text().splitlines()[0].split()
+    foreign.write_text(f"{first[0]} Q0 {first[2]} 1 2.0 x\n{first[0]} Q0 not-here 2 1.0 x\n", encoding="utf-8")
+    out = cli(*w, "import", "run", str(foreign), "--run", "foreign").output
+    assert "passages_unknown: 1" in out and "questions_unknown: 0" in out
 
     cli(*w, "negatives", "bm25", "--dataset", "toy", "--split", "test", "--count", "2")
     rows = sql(cli, ws, "SELECT question, answers, hard_negative_ids FROM questions ORDER BY question")
