@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...storage.choices import INDEX_TYPES, IndexType
@@ -48,6 +49,18 @@ def _dense_entry(release: Release, model: ModelRef | None) -> tuple[DenseRelease
     return entry, model.path
 
 
+def _check_model_folders(release: Release, entry: DenseRelease, paths: tuple[str, ...]) -> None:
+    """Refuse, by name, a release whose model folder is gone (moved, deleted, or a removed checkout
+    that held the base model). A model given by folder is recorded by its absolute path; a
+    missing one reached huggingface_hub as a repo name and failed there with "Repo id must be in
+    the form 'repo_name' ...", which names neither the release nor the cure."""
+    for path in dict.fromkeys(paths):
+        if Path(path).is_absolute() and not Path(path).exists():
+            raise FileNotFoundError(f"release {release.release}: model {entry.model!r} was indexed from {path}, which "
+                                    "no longer exists (moved or deleted?); put the model back there, or rebuild "
+                                    "its index from where it is now (odqa index build --model ...)")  # fmt: skip
+
+
 def open_release_dense(ws: Workspace, release: Release, model: ModelRef | None, index_type: IndexType | None,
                        encoders: EncoderCache) -> ReleaseDense | None:  # fmt: skip
     """The release's dense searcher (see the module doc); None when the release has no dense index."""
@@ -61,6 +74,7 @@ def open_release_dense(ws: Workspace, release: Release, model: ModelRef | None, 
     if chosen not in entry.indexes:
         raise ValueError(f"release {release.release} has no {chosen} index of model {entry.model!r} "
                          f"(it has {', '.join(entry.indexes)})")  # fmt: skip
+    _check_model_folders(release, entry, (question_path, entry.model_path))
     encoder = encoders.get(question_path)
     # Budget-split indexes (parts) are searched memory-mapped; whole ones are read into memory.
     index = open_faiss_index(ws.indexes_dir / entry.indexes[chosen], mmap=None)
