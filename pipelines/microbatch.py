@@ -17,6 +17,12 @@ With one worker (the default) the batch function is also serialised: code that i
 thread-safe (a JVM searcher) is only ever called from that thread. ``workers`` > 1 runs that many
 batches at once (each worker collects its own), for a batch function that may run concurrently
 and a host with cores to spare.
+
+A serialised worker is also a queue every caller waits in: one submission of 256 long questions
+at a large k held a BM25 worker for 6 s, and a one-question search sent meanwhile waited all of
+it. With ``slice_items``, a larger submission is run a slice at a time, and its next slice is
+queued only once the one before is answered, behind whatever arrived meanwhile: a caller waits
+for at most one slice of another's work, and the large one still gets its answer whole.
 """
 
 from __future__ import annotations
@@ -44,8 +50,13 @@ class BatcherClosedError(RuntimeError):
 
 @dataclass
 class _Submission(Generic[T, R]):
+    """One slice of a caller's items (all of them without slicing); `rest` waits for its turn and
+    `done` holds the results of the slices before, so the caller's future gets them whole."""
+
     items: Sequence[T]
     future: Future = field(default_factory=Future)
+    rest: Sequence[T] = ()
+    done: list[R] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +91,7 @@ class MicroBatcher(Generic[T, R]):
         expected: Callable[[], int] | None = None,
         name: str = "microbatch",
         workers: int = 1,
+        slice_items: int | None = None,
     ) -> None:
         if max_wait_s < 0:
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
@@ -87,11 +99,14 @@ class MicroBatcher(Generic[T, R]):
             raise ValueError(f"max_items must be >= 1, got {max_items}")
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if slice_items is not None and slice_items < 1:
+            raise ValueError(f"slice_items must be >= 1 (or None), got {slice_items}")
         self.fn = fn
         self.max_wait_s = max_wait_s
         self.max_items = max_items
         self.expected = expected
         self.name = name
+        self.slice_items = slice_items
         self.stats = BatchStats()
         # queue.Queue, not SimpleQueue: with several consumers, CPython 3.11's SimpleQueue.get(timeout=...)
         # was measured sleeping past its timeout until the *next* put, so a worker holding a collected
@@ -108,7 +123,9 @@ class MicroBatcher(Generic[T, R]):
 
     def submit(self, items: Sequence[T]) -> Future:
         """Queue ``items``; the future resolves to their results (a list, same order)."""
-        submission: _Submission[T, R] = _Submission(list(items))
+        items = list(items)
+        cut = len(items) if self.slice_items is None else self.slice_items
+        submission: _Submission[T, R] = _Submission(items[:cut], rest=items[cut:])
         with self._lock:
             if self._closed:
                 raise BatcherClosedError(f"{self.name} is closed")
@@ -196,8 +213,27 @@ class MicroBatcher(Generic[T, R]):
             self.stats.largest = max(self.stats.largest, len(items))
         start = 0
         for sub in batch:
-            _settle(sub.future, result=results[start : start + len(sub.items)])
+            answered = results[start : start + len(sub.items)]
             start += len(sub.items)
+            if sub.rest:
+                self._queue_rest(sub, answered)
+            else:
+                _settle(sub.future, result=sub.done + answered)
+
+    def _queue_rest(self, sub: _Submission[T, R], answered: list[R]) -> None:
+        """Queue the next slice of a sliced submission behind what arrived meanwhile. Once the
+        batcher is closed its workers' stop marks are already queued, so the rest runs here, on
+        this worker, before it stops (close() finishes what was submitted). A caller that gave up
+        gets no more slices."""
+        if sub.future.cancelled():
+            return
+        cut = len(sub.rest) if self.slice_items is None else self.slice_items
+        nxt: _Submission[T, R] = _Submission(sub.rest[:cut], sub.future, sub.rest[cut:], sub.done + answered)
+        with self._lock:
+            if not self._closed:
+                self._queue.put(nxt)
+                return
+        self._execute([nxt])
 
 
 def _settle(future: Future, *, result: object = None, error: BaseException | None = None) -> None:

@@ -223,3 +223,71 @@ def test_a_burst_is_answered_without_waiting_for_a_later_submission() -> None:
     finally:
         batcher.close()
     assert not stuck, f"{len(stuck)} callers waited past 1 s for a later submission, e.g. {stuck[:3]}"
+
+
+def test_a_large_submission_runs_in_slices_and_a_later_caller_waits_for_one_slice_only() -> None:
+    """A serialised worker (one JVM searcher) answering one caller's many long questions made a
+    one-question caller wait for all of them; sliced, that caller waits for one slice, and the
+    large caller still gets every result, in order."""
+    calls: list[list[int]] = []
+    started = threading.Event()
+
+    def fn(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        started.set()
+        time.sleep(0.05)
+        return [i * i for i in items]
+
+    answered: list[str] = []
+    batcher = MicroBatcher(fn, max_wait_s=0.0, slice_items=4)
+    try:
+        large = batcher.submit(list(range(16)))
+        large.add_done_callback(lambda _: answered.append("large"))
+        assert started.wait(5)
+        small = batcher.submit([100])  # arrives while the first slice runs
+        small.add_done_callback(lambda _: answered.append("small"))
+        assert large.result(timeout=5) == [i * i for i in range(16)] and small.result(timeout=5) == [10_000]
+    finally:
+        batcher.close()
+    assert calls[0] == [0, 1, 2, 3] and calls[1] == [100, 4, 5, 6, 7]  # behind the first slice only
+    assert answered == ["small", "large"] and sorted(i for c in calls for i in c) == [*range(16), 100]
+
+
+def test_sliced_work_is_finished_on_close_and_a_failing_slice_fails_only_its_caller() -> None:
+    def fn(items: list[int]) -> list[int]:
+        if 13 in items:
+            raise ValueError("item 13 is bad")
+        return [i + 1 for i in items]
+
+    batcher = MicroBatcher(fn, max_wait_s=0.0, slice_items=3)
+    good = batcher.submit(list(range(10)))
+    bad = batcher.submit(list(range(10, 20)))
+    other = batcher.submit([50])
+    batcher.close()  # the rest of each sliced submission is still run
+    assert good.result(timeout=5) == list(range(1, 11)) and other.result(timeout=5) == [51]
+    with pytest.raises(ValueError, match="item 13"):
+        bad.result(timeout=5)
+
+
+def test_a_caller_that_gives_up_gets_no_more_slices_run() -> None:
+    calls: list[list[int]] = []
+    first, release = threading.Event(), threading.Event()
+
+    def fn(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        first.set()
+        release.wait(5)
+        return items
+
+    batcher = MicroBatcher(fn, max_wait_s=0.0, slice_items=2)
+    try:
+        gone = batcher.submit([1, 2, 3, 4, 5, 6])
+        assert first.wait(5)
+        assert gone.cancel()
+        release.set()
+        assert batcher.submit([7]).result(timeout=5) == [7]
+    finally:
+        batcher.close()
+    assert calls == [[1, 2], [7]]
+    with pytest.raises(ValueError, match="slice_items"):
+        MicroBatcher(fn, slice_items=0)
