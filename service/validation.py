@@ -38,7 +38,6 @@ def checked_text(value: str, where: str, *, limit: int = MAX_QUESTION_CHARS) -> 
     return value
 
 
-
 def checked_percent_encoding(raw: bytes, where: str) -> None:
     """ValueError unless the percent-encoded ``raw`` (a URL's query string or path, as sent)
     decodes to UTF-8, naming ``where`` and the first byte that does not.

@@ -120,8 +120,8 @@ def _odd_name(name: str) -> str | None:
     which every UTF-8 log handler, the Prefect API and Parquet refuse, so the whole run failed on
     them), or a control character such as a newline (it would start a forged line in the log)."""
     text = os.fsencode(name).decode("utf-8", "backslashreplace")
-    odd = text != name or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
-    return "".join(c if unicodedata.category(c) not in ("Cc", "Zl", "Zp") else repr(c)[1:-1] for c in text) if odd else None
+    shown = "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in text)
+    return shown if shown != name else None
 
 
 def _not_plain(mode: int) -> str | None:

@@ -131,13 +131,12 @@ def _record_figures(ws: Workspace, release: str, figures: dict[str, Any], config
         tx.report = report.ledger()
 
 
-def _figures_unrecorded(ws: Workspace, release: Release) -> bool:
+def _figures_unrecorded(ws: Workspace, release: Release, current: Release | None) -> bool:
     """Whether `release` was published by a re-index that stopped before it recorded its figures:
     the release carries them (only a re-index publishes figures), `metrics` has no row of the run
     `reindex:<release>`. The publish and the record are two commits; a kill between them (the
     publish's pruning of old builds can take a while) would otherwise lose the figures for good,
     since every later run finds the release current and publishes nothing."""
-    current = current_release(ws)
     published = current is not None and release.release <= current.release  # (a newer one never served)
     return published and bool(release.figures) and not has_run(ws, f"reindex:{release.release}")
 
@@ -246,8 +245,9 @@ def reindex_flow(
         if published.published:
             _record_figures(ws, release.release, figures, {"model": release.default_model, "index_type": index_type,
                                                            "ingested": report.ingested}, report)  # fmt: skip
+        current = current_release(ws)
         for earlier in published_releases(ws):
-            if _figures_unrecorded(ws, earlier):
+            if _figures_unrecorded(ws, earlier, current):
                 # the run that published it was stopped (killed) between its publish and its record
                 _record_figures(ws, earlier.release, earlier.figures, {
                     "model": earlier.default_model, "recorded_by": f"odqa reindex ({holder}), a later run: the one "
