@@ -46,6 +46,7 @@ from ..storage.model_registry import ModelRef, resolve_model
 from ..storage.passages import passages_by_id
 from ..storage.releases import DenseRelease, NoReleaseError, Release, last_refusal, pointer_path, read_pointer
 from ..storage.serving import ServiceRecord, ServiceRegistration
+from ..storage.snapshot import FileEntry
 
 log = logging.getLogger("odqa.serve")
 
@@ -181,6 +182,19 @@ class LoadedRelease:
         log.info("freed release %s", self.release)
 
 
+def release_passages_files(ws: Workspace, release: Release) -> list[FileEntry] | None:
+    """The passages files `release` was built from (None: the current table's, for a release an
+    older odqa published without naming them; logged when the table has changed since, because
+    its texts and ids may then not be the ones its indexes found)."""
+    if release.passages_files:
+        return release.passages_files
+    if ws.table_version("passages") != release.passages_version:
+        log.warning("release %s names no passages files (published by an older odqa) and the passages have changed "
+                    "since (%s, not %s): it shows the current texts; publish again (odqa reindex) to fix",
+                    release.release, ws.table_version("passages"), release.passages_version)  # fmt: skip
+    return None
+
+
 def load_release(ws: Workspace, release: Release, *, model: ModelRef | None, index_type: IndexType | None,
                  encoders: EncoderCache, batching: BatchSettings,
                  expected: Callable[[], int] | None = None) -> LoadedRelease:  # fmt: skip
@@ -192,7 +206,7 @@ def load_release(ws: Workspace, release: Release, *, model: ModelRef | None, ind
     bm25 = open_release_bm25(ws, release)
     try:
         ids = dense.index.ids if dense is not None else None
-        passages = passages_by_id(ws, ids)
+        passages = passages_by_id(ws, ids, release_passages_files(ws, release))
         if dense is not None and len(passages) != dense.index.num_vectors:
             raise ValueError(f"release {release.release}: {dense.index.num_vectors} vectors but {len(passages)} of "
                              "their passages in the passages table")  # fmt: skip

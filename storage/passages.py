@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from .snapshot import FileEntry, Snapshot
 from .table_files import file_spans
-from .tables import scan_table
+from .tables import read_table, scan_table
 from .workspace import Workspace
 
 PASSAGE_COLUMNS = ["passage_id", "title", "text"]
@@ -41,13 +41,22 @@ def passage_records(ws: Workspace, batch_size: int = 65_536) -> Iterator[Passage
         yield from zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True)
 
 
-def passages_with_ids(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None) -> pa.Table:
-    """passage_id, title, text of the given ids (every passage when None)."""
+def passages_with_ids(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None,
+                      files: Sequence[FileEntry] | None = None) -> pa.Table:  # fmt: skip
+    """passage_id, title, text of the given ids (every passage when None), from the current
+    passages table or from `files`: the passages a release's indexes were built from."""
     selector = None
     if passage_ids is not None:
         wanted = passage_ids if isinstance(passage_ids, pa.Array) else pa.array(sorted(set(passage_ids)), pa.string())
         selector = pc.field("passage_id").isin(wanted)
-    return ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=selector)
+    if files is None:
+        return ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=selector)
+    missing = [entry.path for entry in files if not (ws.root / entry.path).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} passages file(s) are gone from {ws.root}, e.g. {missing[0]}: "
+                                "they were deleted by hand (odqa keeps a published release's passages)")  # fmt: skip
+    snapshot = Snapshot(tables={"passages": list(files)})
+    return read_table(ws.root, snapshot, "passages", columns=PASSAGE_COLUMNS, filter=selector)
 
 
 def known_passage_count(ws: Workspace, passage_ids: Sequence[str]) -> int:
@@ -56,9 +65,11 @@ def known_passage_count(ws: Workspace, passage_ids: Sequence[str]) -> int:
     return ws.read_table("passages", columns=["passage_id"], filter=pc.field("passage_id").isin(wanted)).num_rows
 
 
-def passages_by_id(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None) -> dict[str, tuple[str | None, str | None]]:
-    """passage_id -> (title, text) for the given ids (every passage when None)."""
-    table = passages_with_ids(ws, passage_ids)
+def passages_by_id(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None,
+                   files: Sequence[FileEntry] | None = None) -> dict[str, tuple[str | None, str | None]]:  # fmt: skip
+    """passage_id -> (title, text) for the given ids (every passage when None; from `files` when
+    given, see `passages_with_ids`)."""
+    table = passages_with_ids(ws, passage_ids, files)
     pairs = zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)
     return dict(zip(table.column("passage_id").to_pylist(), pairs, strict=True))
 

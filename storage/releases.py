@@ -20,8 +20,13 @@ a running `odqa serve` (`storage.serving`) the retriever it answers with, named 
 that would is not published: `publish` says what it lacks and for whom, and records that in
 `indexes/refused.json` (the service's /health shows it) until a release is published again.
 
-Old releases are pruned (the newest `keep` stay, so searches that started on them finish), and
-so are the index builds only pruned releases used (`prune_builds`); a build not released yet
+A release also names the passages files its indexes were built from, and pins them
+(`table_pins`) while it is kept: a service that loads it after an ingest has replaced those
+passages (a re-index still encoding, or withheld) shows the texts its indexes found, not newer
+texts under the same ids, and finds every passage it serves.
+
+Old releases are pruned (the newest `keep` stay, so searches that started on them finish; their
+passages files are unpinned), and so are the index builds only pruned releases used (`prune_builds`); a build not released yet
 (withheld, or still being built by another command) is not an old release's and stays. Two re-indexes
 never overlap: `reindex_lock` is taken for a whole re-index; a second one waits up to
 `wait_seconds` and is then refused, saying which run holds the lock since when.
@@ -46,6 +51,8 @@ from .index_layout import BM25_DIR, DENSE_DIR, IndexLayout
 from .locks import this_command
 from .model_registry import resolve_model
 from .serving import ServiceRecord, live_services
+from .snapshot import HISTORY_KEEP, FileEntry, load_snapshot, recent_snapshots, workspace_lock
+from .table_pins import set_pins
 from .workspace import Workspace
 
 RELEASES_DIR = "releases"
@@ -90,6 +97,7 @@ class Release:
     pinned_model: str | None = None  # the default model as someone named it; kept by every later release
     pinned_by: str | None = None  # who named it, and when
     dropped: list[str] = field(default_factory=list)  # what this release dropped, by name, from the one before
+    passages_files: list[FileEntry] = field(default_factory=list)  # the passages its indexes found (none: older odqa)
 
     def dense_of(self, model: str) -> DenseRelease | None:
         return next((entry for entry in self.dense if model in (entry.model, entry.model_path, entry.key)), None)
@@ -132,7 +140,8 @@ class Release:
         return cls(release=data["release"], passages_version=data["passages_version"], bm25=data.get("bm25"),
                    dense=dense, default_model=data.get("default_model"), created_at=data.get("created_at", ""),
                    figures=dict(data.get("figures", {})), pinned_model=data.get("pinned_model"),
-                   pinned_by=data.get("pinned_by"), dropped=list(data.get("dropped", [])))  # fmt: skip
+                   pinned_by=data.get("pinned_by"), dropped=list(data.get("dropped", [])),
+                   passages_files=[FileEntry(**entry) for entry in data.get("passages_files", [])])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -342,9 +351,11 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "passages_version": passages_version,
                 "retrievers": wanted.retrievers(), "lacks": withheld, "by": change.by or this_command()})  # fmt: skip
             return Publication(current, False, previous, [], [], withheld=withheld)
+        wanted = pin_passages(ws, wanted, current)
         switch_current(ws, wanted)
         (ws.indexes_dir / REFUSED_FILE).unlink(missing_ok=True)
         pruned = prune_releases(ws, keep)
+        unpin_pruned(ws)
         removed = prune_builds(ws, passages_version)
     return Publication(wanted, True, previous, pruned, removed)
 
@@ -376,6 +387,45 @@ def switch_current(ws: Workspace, release: Release) -> None:
     """Record `release` and point searchers at it (one rename: readers see the old or the new pointer)."""
     atomic_write_json(releases_dir(ws) / f"{release.release}.json", release.to_json())
     atomic_write_json(pointer_path(ws), release.to_json())
+
+
+def _passages_files_of(ws: Workspace, passages_version: str, current: Release | None) -> list[FileEntry]:
+    """The passages files whose table version is `passages_version`: a kept release's record
+    (republishing its passages), else the current or a recent snapshot's; empty when none lists
+    them any more."""
+    for release in (current, *published_releases(ws)):
+        if release is not None and release.passages_version == passages_version and release.passages_files:
+            return list(release.passages_files)
+    history = reversed(recent_snapshots(ws.root, HISTORY_KEEP))
+    for snapshot in (load_snapshot(ws.root), *history):
+        if snapshot.table_version("passages") == passages_version:
+            return snapshot.files("passages")
+    return []
+
+
+def pin_passages(ws: Workspace, release: Release, current: Release | None) -> Release:
+    """`release` (about to be published) naming its passages files, pinned with every kept
+    release's. Under the workspace lock, so no commit deletes them between finding and pinning.
+    Files a commit deleted before (passages replaced more than the kept snapshots ago, under an
+    older odqa) are not named: a service then reads the current passages, and says so."""
+    with workspace_lock(ws.root):
+        files = _passages_files_of(ws, release.passages_version, current)
+        if not all((ws.root / entry.path).is_file() for entry in files):
+            files = []
+        named = replace(release, passages_files=files)
+        _write_pins(ws, [*published_releases(ws), named])
+    return named
+
+
+def unpin_pruned(ws: Workspace) -> None:
+    """Pin only the kept releases' passages files (after `prune_releases`); the next commit's
+    garbage collection deletes the rest."""
+    with workspace_lock(ws.root):
+        _write_pins(ws, published_releases(ws))
+
+
+def _write_pins(ws: Workspace, releases: list[Release]) -> None:
+    set_pins(ws.root, {r.release: [entry.path for entry in r.passages_files] for r in releases if r.passages_files})
 
 
 def forget_unpublished(ws: Workspace, current: Release | None) -> list[str]:

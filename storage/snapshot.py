@@ -23,6 +23,7 @@ from .atomic import atomic_write_text
 SNAPSHOT_FILE = "snapshot.json"
 HISTORY_DIR = "snapshots"
 LOCK_FILE = ".lock"
+HISTORY_KEEP = 10  # snapshot versions kept in HISTORY_DIR (a publish looks there for its passages' files)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from .locks import writer_lock
 from .owned_dirs import OWNER_FILE, OwnedDir
 from .schemas import conform, schema_for
 from .snapshot import (
+    HISTORY_KEEP,
     FileEntry,
     Snapshot,
     StageRecord,
@@ -41,6 +42,7 @@ from .snapshot import (
     workspace_lock,
 )
 from .table_files import EMPTY_DIR, TABLES_DIR, empty_table_file, table_paths
+from .table_pins import pinned_paths
 
 STAGING_DIR = "staging"
 KEEP_SNAPSHOTS = 3
@@ -341,8 +343,9 @@ def entries_after(transactions: Sequence[Transaction], table: str, leaving_out: 
 
 
 def _collect_garbage(root: Path) -> None:
-    """Delete table files no recent snapshot references (leftovers of killed or old commits)."""
-    keep: set[str] = set()
+    """Delete table files no recent snapshot references (leftovers of killed or old commits) and
+    no published release still serves (`table_pins`)."""
+    keep = pinned_paths(root)
     for snap in recent_snapshots(root, KEEP_SNAPSHOTS):
         for entries in snap.tables.values():
             keep.update(e.path for e in entries)
@@ -352,7 +355,7 @@ def _collect_garbage(root: Path) -> None:
             continue
         if str(path.relative_to(root)) not in keep:
             path.unlink(missing_ok=True)
-    prune_history(root, keep=10)
+    prune_history(root, keep=HISTORY_KEEP)
 
 
 def table_dataset(root: Path, snapshot: Snapshot, table: str) -> ds.Dataset:

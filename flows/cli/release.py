@@ -24,6 +24,9 @@ def release_show(ctx: click.Context) -> None:
         click.echo(f"  serves: {', '.join(current.retrievers())}")
         click.echo(f"  default model: {current.default_model or 'none'}"
                    + (f" ({current.default_why()})" if current.default_model else ""))  # fmt: skip
+        files = current.passages_files
+        click.echo(f"  passages: {sum(f.rows for f in files):,} in {len(files)} file(s), kept while the release is"
+                   if files else "  passages: the current table's (published by an older odqa)")  # fmt: skip
         if current.dropped:
             click.echo(f"  dropped by name: {', '.join(current.dropped)}")
     services = live_services(ws)

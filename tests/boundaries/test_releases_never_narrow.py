@@ -191,4 +191,5 @@ def test_release_pin_names_a_served_model_as_the_default(pinned_dense: dict[str,
     assert f"release {release.release}: default model newer (pinned by odqa release pin at " in pinned
     shown = cli("--workspace", str(ws.root), "release", "show").output
     assert f"default model: newer (pinned by odqa release pin at {release.created_at})" in shown
+    assert f"passages: {ws.rows('passages'):,} in " in shown and "file(s), kept while the release is" in shown
     assert "running services: none" in shown

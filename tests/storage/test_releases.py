@@ -145,3 +145,56 @@ def test_a_record_a_killed_publish_left_beside_the_old_pointer_is_forgotten(work
     kept = [r.release for r in published_releases(workspace)]
     assert kept == [served[-1].release, latest.release.release], kept  # v2's release kept, the unserved one gone
     assert not (releases_dir(workspace) / f"{never.release}.json").exists()
+
+
+def _commit_passages(ws: Workspace, rows: list[tuple[str, str]], source: str = "corpus") -> str:
+    """Replace `source`'s passages with `rows` (id, text): what an ingest or import of it does."""
+    from odqa.storage.tables import Transaction
+
+    with Transaction(ws.root, "test-passages") as tx:
+        tx.replace_source("passages", source)
+        tx.write("passages", [{"passage_id": pid, "title": "T", "text": text} for pid, text in rows], source)
+    return ws.table_version("passages")
+
+
+def test_a_kept_release_serves_the_passages_its_indexes_found_after_ingests_replaced_them(workspace: Workspace) -> None:
+    """A service that loads the current release while a re-index is still encoding new passages
+    (or was withheld) must show the texts its indexes found, and find every passage they hold."""
+    from odqa.storage.passages import passages_by_id
+    from odqa.storage.table_pins import read_pins
+
+    v1 = _commit_passages(workspace, [("1", "born in Warsaw"), ("2", "the Seine"), ("3", "Mount Fuji")])
+    fake_bm25(workspace, v1)
+    served = publish(workspace, v1).release
+    assert [e.path for e in served.passages_files] == [e.path for e in workspace.snapshot().files("passages")]
+    for round_ in range(5):  # more commits than the snapshots a commit keeps files for
+        _commit_passages(workspace, [("1", f"two Nobel prizes, round {round_}"), ("2", "the Seine")])
+    assert workspace.rows("passages") == 2
+    assert passages_by_id(workspace, None, served.passages_files) == {
+        "1": ("T", "born in Warsaw"), "2": ("T", "the Seine"), "3": ("T", "Mount Fuji")}
+    assert current_release(workspace).passages_files == served.passages_files  # the record on disk names them
+    # republishing the same passages (odqa release pin, tune-hybrid) keeps naming them
+    fake_dense(workspace, "dpr", v1, "flat")
+    again = publish(workspace, v1, change=ServingChange(default_model="dpr", by="test"))
+    assert again.published and again.release.passages_files == served.passages_files
+    # once no kept release serves them, the next commit deletes them
+    v2 = workspace.table_version("passages")
+    fake_bm25(workspace, v2)
+    fake_dense(workspace, "dpr", v2, "flat")
+    newest = publish(workspace, v2, keep=1).release
+    assert list(read_pins(workspace.root)) == [newest.release]
+    old_files = [workspace.root / e.path for e in served.passages_files]
+    assert all(path.is_file() for path in old_files)
+    _commit_passages(workspace, [("9", "another source")], source="other")
+    assert not any(path.is_file() for path in old_files)
+    assert all((workspace.root / e.path).is_file() for e in newest.passages_files)
+    with pytest.raises(FileNotFoundError, match="passages file.* gone"):
+        passages_by_id(workspace, None, served.passages_files)
+
+
+def test_a_release_an_older_odqa_published_names_no_passages_files(workspace: Workspace) -> None:
+    from odqa.storage.releases import Release
+
+    record = {"format": 2, "release": "20260101T000000000000Z-v1", "passages_version": "v1", "bm25": "bm25/v1",
+              "dense": [], "default_model": None, "created_at": "2026-01-01T00:00:00+00:00"}  # fmt: skip
+    assert Release.from_json(record).passages_files == []
