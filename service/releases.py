@@ -44,7 +44,15 @@ from ..storage import Workspace
 from ..storage.choices import IndexType, RetrieverKind
 from ..storage.model_registry import ModelRef, resolve_model
 from ..storage.passages import passages_by_id
-from ..storage.releases import DenseRelease, NoReleaseError, Release, last_refusal, pointer_path, read_pointer
+from ..storage.releases import (
+    DenseRelease,
+    NoReleaseError,
+    Release,
+    current_hold,
+    last_refusal,
+    pointer_path,
+    read_pointer,
+)
 from ..storage.serving import ServiceRecord, ServiceRegistration
 from ..storage.snapshot import FileEntry
 
@@ -380,7 +388,7 @@ class ReleaseHolder:
         return {"status": status, "version": current.release if current else None, "pointer": self.pointer,
                 "loaded_at": current.loaded_at if current else None, "in_flight": in_flight,
                 "retiring": retiring, "swaps": self.swaps, "last_error": self.last_error,
-                "serves": self._serves(current), "withheld": self._withheld(),
+                "serves": self._serves(current), "withheld": self._withheld(), "held": self._held(),
                 "registered": self.registration is not None and self.registration.path.is_file(),
                 "batching": {name: b.stats.as_dict() for name, b in
                              (("dense", current.dense), ("bm25", current.bm25)) if b is not None} if current else {}}  # fmt: skip
@@ -390,6 +398,11 @@ class ReleaseHolder:
         lacked and for whom (not the command line that published it: it may name local paths)."""
         refused = last_refusal(self.ws)
         return {key: refused[key] for key in ("at", "passages_version", "lacks")} if refused else None
+
+    def _held(self) -> str | None:
+        """What the last rollback holds from being published again (`Hold.describe`), or None."""
+        hold = current_hold(self.ws)
+        return hold.describe() if hold is not None else None
 
     def _serves(self, current: LoadedRelease | None) -> dict[str, Any] | None:
         """What the service answers with and why: the release, its retrievers, the default
@@ -407,4 +420,4 @@ class ReleaseHolder:
                 "default_model": model_display_name(record.default_model), "default_why": record.default_why(),
                 "pinned": {"model": model_display_name(record.pinned_model), "by": record.pinned_by}
                 if record.pinned_model else None,
-                "dropped": record.dropped}  # fmt: skip
+                "dropped": record.dropped, "restored_from": record.restored_from}  # fmt: skip

@@ -25,6 +25,9 @@ A release also names the passages files its indexes were built from, and pins th
 passages (a re-index still encoding, or withheld) shows the texts its indexes found, not newer
 texts under the same ids, and finds every passage it serves.
 
+A rollback (`release_rollback`) publishes a kept release again and holds what it replaced
+(`Hold`): a publish of that is not made until newer passages are published or it is unheld.
+
 Old releases are pruned (the newest `keep` stay, so searches that started on them finish; their
 passages files are unpinned), and so are the index builds only pruned releases used (`prune_builds`); a build not released yet
 (withheld, or still being built by another command) is not an old release's and stays. Two re-indexes
@@ -60,6 +63,7 @@ POINTER_FILE = "current.json"
 REINDEX_LOCK = ".reindex.lock"
 PUBLISH_LOCK = ".publish.lock"
 REFUSED_FILE = "refused.json"
+HOLD_FILE = "held.json"
 DEFAULT_KEEP = 3
 RELEASE_FORMAT = 2  # 1: the self-contained release folders of odqa before indexes were published builds
 
@@ -98,6 +102,7 @@ class Release:
     pinned_by: str | None = None  # who named it, and when
     dropped: list[str] = field(default_factory=list)  # what this release dropped, by name, from the one before
     passages_files: list[FileEntry] = field(default_factory=list)  # the passages its indexes found (none: older odqa)
+    restored_from: str | None = None  # the kept release a rollback published again as this one
 
     def dense_of(self, model: str) -> DenseRelease | None:
         return next((entry for entry in self.dense if model in (entry.model, entry.model_path, entry.key)), None)
@@ -141,7 +146,8 @@ class Release:
                    dense=dense, default_model=data.get("default_model"), created_at=data.get("created_at", ""),
                    figures=dict(data.get("figures", {})), pinned_model=data.get("pinned_model"),
                    pinned_by=data.get("pinned_by"), dropped=list(data.get("dropped", [])),
-                   passages_files=[FileEntry(**entry) for entry in data.get("passages_files", [])])  # fmt: skip
+                   passages_files=[FileEntry(**entry) for entry in data.get("passages_files", [])],
+                   restored_from=data.get("restored_from"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -286,6 +292,13 @@ def reindex_lock(ws: Workspace, wait_seconds: float = 0.0, holder: str = "") -> 
         yield
 
 
+@contextlib.contextmanager
+def publish_lock(ws: Workspace) -> Iterator[None]:
+    """The lock every change of the pointer takes (a publish, a rollback): one at a time."""
+    with _file_lock(ws.indexes_dir / PUBLISH_LOCK, wait_seconds=600):
+        yield
+
+
 @dataclass(frozen=True)
 class Publication:
     """What `publish` did: the release now current (None before the first), whether it is new,
@@ -297,6 +310,7 @@ class Publication:
     pruned_releases: list[str]
     pruned_builds: list[str]
     withheld: list[str] = field(default_factory=list)  # why a new release was not published
+    held: str | None = None  # why not, when a rollback holds its builds (`Hold.describe`)
 
     @property
     def current(self) -> str | None:
@@ -335,7 +349,7 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
     would narrow what serves (`narrowing`: new passages with only some of the served indexes
     rebuilt yet, a retriever dropped without naming it, one a running service answers with) is
     withheld, said so in the Publication and recorded (`last_refusal`)."""
-    with _file_lock(ws.indexes_dir / PUBLISH_LOCK, wait_seconds=600):
+    with publish_lock(ws):
         current = current_release(ws)
         forget_unpublished(ws, current)
         wanted = workspace_release(ws, passages_version, change, figures, current)
@@ -345,6 +359,9 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
         previous = current.release if current else None
         if wanted.same_indexes(current):
             return Publication(current, False, previous, [], [])
+        hold = current_hold(ws)
+        if hold is not None and hold.holds(wanted):
+            return Publication(current, False, previous, [], [], held=hold.describe())
         withheld = narrowing(wanted, current, live_services(ws), change)
         if withheld:
             atomic_write_json(ws.indexes_dir / REFUSED_FILE, {
@@ -354,6 +371,8 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
         wanted = pin_passages(ws, wanted, current)
         switch_current(ws, wanted)
         (ws.indexes_dir / REFUSED_FILE).unlink(missing_ok=True)
+        if hold is not None and hold.release.passages_version != passages_version == ws.table_version("passages"):
+            _lift_hold(ws)  # newer passages serve now: the held ones will not come back
         pruned = prune_releases(ws, keep)
         unpin_pruned(ws)
         removed = prune_builds(ws, passages_version)
@@ -372,6 +391,61 @@ def pin_default(ws: Workspace, model: str, by: str, keep: int = DEFAULT_KEEP) ->
         raise ValueError(f"release {current.release} serves no dense index of {model!r} (it serves {served}): build "
                          f"it first (odqa index build --model {model}), then pin it")  # fmt: skip
     return publish(ws, current.passages_version, change=ServingChange(default_model=entry.key, by=by), keep=keep)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a rollback took out of serving, kept out until `odqa release unhold`: without it the
+    next re-index (scheduled, with nothing new to ingest) would publish the very builds rolled
+    back from. A rollback to other passages holds those passages whole (any build over them);
+    one to the same passages holds the exact builds of the release rolled back from."""
+
+    release: Release  # the release rolled back from
+    by: str
+    at: str
+    passages_held: bool  # its passages whole (the rollback went to other passages), else its exact builds
+
+    def holds(self, wanted: Release) -> bool:
+        """Whether publishing `wanted` would serve what was rolled back from."""
+        if self.passages_held:
+            return wanted.passages_version == self.release.passages_version
+        return wanted.same_indexes(self.release)
+
+    def describe(self) -> str:
+        what = (f"passages {self.release.passages_version}" if self.passages_held
+                else f"the builds of release {self.release.release}")  # fmt: skip
+        return (f"{what} are held: {self.by} rolled back release {self.release.release} at {self.at}; "
+                "`odqa release unhold` lets them be published again")  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {"release": self.release.to_json(), "by": self.by, "at": self.at, "passages_held": self.passages_held}
+
+
+def current_hold(ws: Workspace) -> Hold | None:
+    """The hold the last rollback left (None: nothing held)."""
+    try:
+        data = json.loads((ws.indexes_dir / HOLD_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return Hold(release=Release.from_json(data["release"]), by=data["by"], at=data["at"],
+                passages_held=bool(data["passages_held"]))  # fmt: skip
+
+
+def save_hold(ws: Workspace, hold: Hold) -> None:
+    """Record `hold` (replacing an earlier one); call under `publish_lock`."""
+    atomic_write_json(ws.indexes_dir / HOLD_FILE, hold.to_json())
+
+
+def _lift_hold(ws: Workspace) -> Hold | None:
+    hold = current_hold(ws)
+    (ws.indexes_dir / HOLD_FILE).unlink(missing_ok=True)
+    return hold
+
+
+def unhold(ws: Workspace) -> Hold | None:
+    """Lift the hold (what it held may be published again by the next build); returns it."""
+    with publish_lock(ws):
+        return _lift_hold(ws)
 
 
 def last_refusal(ws: Workspace) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""`odqa release show | pin`: what the published release serves and why, and pinning its default model."""
+"""`odqa release show | pin | rollback | unhold`: what the published release serves and why, pinning its
+default model, serving a kept release again and letting what a rollback held be published again."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .groups import MODEL_HELP, release_group, workspace_of
 def release_show(ctx: click.Context) -> None:
     """What the current release serves, its default model and why, the running services registered
     in the workspace, and a release withheld because it would have narrowed what serves."""
-    from ...storage.releases import current_release, last_refusal
+    from ...storage.releases import current_hold, current_release, last_refusal
     from ...storage.serving import live_services
 
     ws = workspace_of(ctx)
@@ -21,6 +22,8 @@ def release_show(ctx: click.Context) -> None:
         click.echo(f"nothing published in {ws.root} yet (odqa bm25 index, odqa index build, odqa reindex)")
     else:
         click.echo(f"release {current.release} (passages {current.passages_version}, published {current.created_at})")
+        if current.restored_from:
+            click.echo(f"  restored from release {current.restored_from} (odqa release rollback)")
         click.echo(f"  serves: {', '.join(current.retrievers())}")
         click.echo(f"  default model: {current.default_model or 'none'}"
                    + (f" ({current.default_why()})" if current.default_model else ""))  # fmt: skip
@@ -34,6 +37,9 @@ def release_show(ctx: click.Context) -> None:
     for service in services:
         answers = (["bm25"] if service.bm25 else []) + ([f"dense model {service.dense_model}"] if service.dense_model else [])
         click.echo(f"  {service.describe()}: release {service.release or 'none yet'}, {', '.join(answers) or 'nothing'}")
+    hold = current_hold(ws)
+    if hold is not None:
+        click.echo(f"held: {hold.describe()}")
     refused = last_refusal(ws)
     if refused is not None:
         click.echo(f"withheld at {refused['at']}: passages {refused['passages_version']} ({refused['by']}) would "
@@ -56,3 +62,38 @@ def release_pin(ctx: click.Context, model: str) -> None:
     if release is not None:
         click.echo(f"release {release.release}: default model {release.default_model} ({release.default_why()})"
                    + ("" if done.published else "; it was already"))  # fmt: skip
+
+
+@release_group.command("rollback")
+@click.option("--to", "to", default=None, metavar="RELEASE",
+              help="The kept release to serve again (its id, or a prefix only it has); default: the newest "
+                   "one before the current one that serves other indexes and is not held.")  # fmt: skip
+@click.pass_context
+def release_rollback(ctx: click.Context, to: str | None) -> None:
+    """Serve a kept release again (published anew, naming the one it restores); running services
+    switch to it. What the current release serves is held: a re-index does not publish those
+    passages (or, for the same passages, those builds) again until `odqa release unhold` or new
+    passages. Refused, changing nothing, when its indexes or passages are gone or it would take
+    from a running service the retriever it answers with."""
+    from ...storage.release_rollback import rollback
+
+    done = rollback(workspace_of(ctx), to, by="odqa release rollback")
+    release = done.release
+    assert release is not None
+    pruned = f"; {len(done.pruned_releases)} old release(s) pruned" if done.pruned_releases else ""
+    click.echo(f"release {release.release}: release {release.restored_from} serves again (was {done.previous}{pruned})")
+    if release.dropped:
+        click.echo(f"  it does not serve {', '.join(release.dropped)}")
+    click.echo(f"held: {done.held}")
+
+
+@release_group.command("unhold")
+@click.pass_context
+def release_unhold(ctx: click.Context) -> None:
+    """Let what the last rollback held be published again (by the next re-index or index build);
+    nothing is published now."""
+    from ...storage.releases import unhold
+
+    hold = unhold(workspace_of(ctx))
+    click.echo("nothing was held" if hold is None else f"no longer held: what release {hold.release.release} served "
+               "may be published again (the next odqa reindex, odqa bm25 index or odqa index build does)")  # fmt: skip

@@ -42,7 +42,14 @@ from ...storage.choices import IndexType, PassageFormat
 from ...storage.metrics import has_run, metric_rows, numeric_figures
 from ...storage.model_registry import ModelRef
 from ...storage.passages import require_passages
-from ...storage.releases import Release, current_release, published_releases, reindex_lock
+from ...storage.releases import (
+    Publication,
+    Release,
+    current_hold,
+    current_release,
+    published_releases,
+    reindex_lock,
+)
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
 from ..plumbing.publish import publish_indexes
@@ -68,8 +75,21 @@ class ReindexReport(Report):
     figures: dict[str, Any] = field(default_factory=dict)
     pruned_releases: list[str] = field(default_factory=list)
     ingested: dict[str, Any] = field(default_factory=dict)  # what the run took and left (IngestRunReport)
+    held: str | None = None  # why nothing was published: a rollback holds these passages or builds
     spread: ClassVar[dict[str, str]] = {"figures": ""}
     hidden: ClassVar[tuple[str, ...]] = ("ingested",)
+
+
+def _build(ws: Workspace, plan: ReindexPlan, figures: dict[str, Any], index_type: IndexType, batch_size: int,
+           shard_size: int, runner: RunnerSettings | None, memory_gb: float | None, threads: int | None) -> None:  # fmt: skip
+    """Rebuild the retrievers of `plan` over the current passages, adding their figures."""
+    if plan.bm25:
+        built = build_bm25(ws, threads)
+        figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
+    for number, ref in enumerate(plan.models):
+        made = _dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb)
+        # the default model's figures as they are; another model's under its index key
+        figures.update(made if number == 0 else {f"{ref.passage_key}:{k}": v for k, v in made.items()})
 
 
 def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str) -> IngestRunReport:
@@ -223,14 +243,14 @@ def reindex_flow(
         dumped = ingested.dump or {}
         figures.update({name: dumped[name] for name in ("pages_recleaned", "pages_reused", "pages_removed")
                         if dumped.get(name) is not None})  # fmt: skip
-        if plan.bm25:
-            built = build_bm25(ws, threads)
-            figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
-        for number, ref in enumerate(plan.models):
-            made = _dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb)
-            # the default model's figures as they are; another model's under its index key
-            figures.update(made if number == 0 else {f"{ref.passage_key}:{k}": v for k, v in made.items()})
-        published = publish_indexes(ws, version, change=plan.change, figures=figures, keep=keep)
+        hold = current_hold(ws)
+        if hold is not None and hold.passages_held and hold.release.passages_version == version:
+            # rolled back from these very passages: building over them again would be for nothing
+            serving = current_release(ws)
+            published = Publication(serving, False, serving.release if serving else None, [], [], held=hold.describe())
+        else:
+            _build(ws, plan, figures, index_type, batch_size, shard_size, runner, memory_gb, threads)
+            published = publish_indexes(ws, version, change=plan.change, figures=figures, keep=keep)
         if published.withheld:
             raise ReindexRefused(f"the re-index built passages {version} but did not publish them: since it started, "
                                  f"what serves changed and the release would lack {'; '.join(published.withheld)}. "
@@ -241,7 +261,7 @@ def reindex_flow(
                                model=release.default_model, models=[ref.passage_name for ref in plan.models],
                                dropped=release.dropped if published.published else [], figures=figures,
                                pruned_releases=published.pruned_releases, ingested=ingested.as_dict(),
-                               noop=not published.published)  # fmt: skip
+                               held=published.held, noop=not published.published)  # fmt: skip
         if published.published:
             _record_figures(ws, release.release, figures, {"model": release.default_model, "index_type": index_type,
                                                            "ingested": report.ingested}, report)  # fmt: skip
@@ -259,6 +279,8 @@ def reindex_flow(
                       [{"figure": k, "value": v} for k, v in figures.items()])  # fmt: skip
         log.info("re-index %s published; pruned old releases: %s", release.release,
                  ", ".join(published.pruned_releases) or "none")  # fmt: skip
+    elif published.held:
+        log.info("nothing published: %s (no-op); release %s serves", published.held, release.release)
     else:
         log.info("nothing changed: release %s already serves passages %s with these indexes (no-op)",
                  release.release, version)  # fmt: skip

@@ -23,6 +23,8 @@ def publish_indexes(ws: Workspace, passages_version: str, *, change: ServingChan
     done = publish(ws, passages_version, change=change, figures=figures, keep=keep)
     if done.published:
         tell("published index release %s (%s)", done.current, _describe(done))
+    elif done.held:
+        tell("not publishing the indexes of passages %s: %s", passages_version, done.held)
     elif done.withheld:
         tell("not publishing the indexes of passages %s: the release would lack %s. Build what it lacks "
              "(odqa bm25 index / odqa index build --model M, or odqa reindex), or drop it by name "
