@@ -34,13 +34,10 @@ def _check_names(params: dict[str, Any]) -> None:
 
 
 def _size_text(size: int | None) -> str:
-    if size is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:,} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return "?"
+    """In the binary units the download's progress and messages use (`storage.sizes`)."""
+    from ...storage.sizes import format_bytes
+
+    return "?" if size is None else format_bytes(size)
 
 
 def _list_rows(registry: str, workspace: str | None) -> list[dict[str, Any]]:

@@ -27,8 +27,8 @@ def test_list_names_the_dpr_entityquestions_paq_wikipedia_and_beir_resources(tmp
                  "wikipedia.enwiki-20250601.categorylinks", "beir.climate-fever"):  # fmt: skip
         assert name in result.output
     rows = {line.split()[0]: line.split()[1:3] for line in result.output.splitlines() if line.strip()}
-    assert rows["data.wikipedia_split.psgs_w100"] == ["4.7", "GB"]  # the registry's exact size, shown
-    assert rows["beir.fever"] == ["1.2", "GB"] and rows["data.retriever.qas.nq-test"][0] == "?"  # none known yet
+    assert rows["data.wikipedia_split.psgs_w100"] == ["4.4", "GiB"]  # the registry's exact size, shown
+    assert rows["beir.fever"] == ["1.2", "GiB"] and rows["data.retriever.qas.nq-test"][0] == "?"  # none known yet
     assert not (tmp_path / "none").exists()  # --list makes no workspace
 
 
