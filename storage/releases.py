@@ -407,9 +407,11 @@ class Hold:
 
     def holds(self, wanted: Release) -> bool:
         """Whether publishing `wanted` would serve what was rolled back from."""
-        if self.passages_held:
-            return wanted.passages_version == self.release.passages_version
-        return wanted.same_indexes(self.release)
+        return self.holds_passages(wanted.passages_version) or wanted.same_indexes(self.release)
+
+    def holds_passages(self, passages_version: str) -> bool:
+        """Whether any build over `passages_version` is held (a re-index need not build it)."""
+        return self.passages_held and passages_version == self.release.passages_version
 
     def describe(self) -> str:
         what = (f"passages {self.release.passages_version}" if self.passages_held

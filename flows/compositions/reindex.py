@@ -244,7 +244,7 @@ def reindex_flow(
         figures.update({name: dumped[name] for name in ("pages_recleaned", "pages_reused", "pages_removed")
                         if dumped.get(name) is not None})  # fmt: skip
         hold = current_hold(ws)
-        if hold is not None and hold.passages_held and hold.release.passages_version == version:
+        if hold is not None and hold.holds_passages(version):
             # rolled back from these very passages: building over them again would be for nothing
             serving = current_release(ws)
             published = Publication(serving, False, serving.release if serving else None, [], [], held=hold.describe())
