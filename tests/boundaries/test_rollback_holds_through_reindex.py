@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from odqa.storage.releases import current_release
 from tests.boundaries.release_builds import copy_workspace, passage_ids, passages_file
 
@@ -37,3 +39,21 @@ def test_a_rolled_back_reindex_is_not_published_again_by_the_next_one(bm25_serve
     again = reindex_flow(workspace=str(ws.root))  # the operator judged them fine after all
     assert not again.noop and current_release(ws).passages_version == broken.passages_version
     assert "nothing was held" in cli("--workspace", str(ws.root), "release", "unhold").output
+
+
+def test_the_release_rollback_deployment_rolls_back_as_the_command_does(bm25_served: Path, tmp_path: Path) -> None:
+    """The flow behind the UI's `release-rollback` deployment (prefect.yaml), run as a flow."""
+    from odqa.flows.compositions.reindex import reindex_flow
+    from odqa.flows.stages.release_rollback import release_rollback_flow
+    from odqa.storage.release_rollback import RollbackRefused
+
+    ws = copy_workspace(bm25_served, tmp_path / "ws")
+    good = current_release(ws)
+    broken = reindex_flow(workspace=str(ws.root), passages=passages_file(tmp_path, "mirror.tsv", BROKEN)).release
+    report = release_rollback_flow(workspace=str(ws.root))
+    assert (report.restored_from, report.previous) == (good.release, broken)
+    assert report.release == current_release(ws).release and report.dropped == []
+    assert "are held: the release-rollback deployment (flow run " in report.held
+    with pytest.raises(RollbackRefused, match="serves other builds and is not held"):
+        release_rollback_flow(workspace=str(ws.root))
+    assert current_release(ws).release == report.release

@@ -44,6 +44,7 @@ FLOW_NAMES = {
     "odqa.flows.stages.evaluate:evaluate_flow": "evaluate",
     "odqa.flows.compositions.pipeline:odqa_pipeline": "odqa-pipeline",
     "odqa.flows.compositions.reindex:reindex_flow": "reindex",
+    "odqa.flows.stages.release_rollback:release_rollback_flow": "release-rollback",
 }
 
 
@@ -54,7 +55,7 @@ def test_prefect_yaml_has_a_deployment_per_flow_and_a_scheduled_reindex() -> Non
                                 "bm25-index", "negatives", "positives", "train", "mine", "index-build", "retrieve",
                                 "evaluate", "tune-hybrid",
                                 "train-rounds", "experiment-dual-encoders", "experiment-taser", "pipeline", "reproduce",
-                                "reindex"}  # fmt: skip
+                                "reindex", "release-rollback"}  # fmt: skip
     assert {d["entrypoint"] for d in deployments.values()} == set(FLOW_NAMES)
     assert all(d["work_pool"]["name"] == "odqa-process" for d in deployments.values())
     assert deployments["reindex"]["schedules"][0]["cron"]

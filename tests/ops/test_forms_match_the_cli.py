@@ -29,7 +29,7 @@ VERBS: dict[str, tuple[str, ...]] = {
     "index-build": ("index", "build"), "retrieve": ("retrieve",), "tune-hybrid": ("tune-hybrid",),
     "train-rounds": ("train-rounds",), "experiment-dual-encoders": ("experiment", "dual-encoders"),
     "experiment-taser": ("experiment", "taser"), "evaluate": ("evaluate",), "reindex": ("reindex",),
-    "reproduce": ("reproduce",),
+    "reproduce": ("reproduce",), "release-rollback": ("release", "rollback"),
 }  # fmt: skip
 # Where the form and the command line spell one default two ways, or differ on purpose.
 SAME_DEFAULT_SPELLED_TWICE = {
