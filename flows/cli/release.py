@@ -23,7 +23,7 @@ def release_show(ctx: click.Context) -> None:
     else:
         click.echo(f"release {current.release} (passages {current.passages_version}, published {current.created_at})")
         if current.restored_from:
-            click.echo(f"  restored from release {current.restored_from} (odqa release rollback)")
+            click.echo(f"  restored from release {current.restored_from} by a rollback")
         click.echo(f"  serves: {', '.join(current.retrievers())}")
         click.echo(f"  default model: {current.default_model or 'none'}"
                    + (f" ({current.default_why()})" if current.default_model else ""))  # fmt: skip

@@ -33,7 +33,7 @@ def test_a_rolled_back_reindex_is_not_published_again_by_the_next_one(bm25_serve
     assert scheduled.noop and scheduled.release == restored.release and "bm25_documents" not in scheduled.figures
     assert scheduled.held.startswith(f"passages {broken.passages_version} are held") and current_release(ws) == restored
     shown = cli("--workspace", str(ws.root), "release", "show").output
-    assert f"restored from release {good.release} (odqa release rollback)" in shown and "held: passages" in shown
+    assert f"restored from release {good.release} by a rollback" in shown and "held: passages" in shown
 
     assert "no longer held" in cli("--workspace", str(ws.root), "release", "unhold").output
     again = reindex_flow(workspace=str(ws.root))  # the operator judged them fine after all
