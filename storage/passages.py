@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from .snapshot import FileEntry, Snapshot
 from .table_files import file_spans
+from .table_pins import missing_files
 from .tables import read_table, scan_table
 from .workspace import Workspace
 
@@ -51,7 +52,7 @@ def passages_with_ids(ws: Workspace, passage_ids: Sequence[str] | pa.Array | Non
         selector = pc.field("passage_id").isin(wanted)
     if files is None:
         return ws.read_table("passages", columns=PASSAGE_COLUMNS, filter=selector)
-    missing = [entry.path for entry in files if not (ws.root / entry.path).is_file()]
+    missing = missing_files(ws.root, files)
     if missing:
         raise FileNotFoundError(f"{len(missing)} passages file(s) are gone from {ws.root}, e.g. {missing[0]}: "
                                 "they were deleted by hand (odqa keeps a published release's passages)")  # fmt: skip

@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from .index_layout import BM25_METADATA, FAISS_METADATA
 from .releases import (
     DEFAULT_KEEP,
-    REFUSED_FILE,
     Hold,
     NoReleaseError,
     Publication,
@@ -32,15 +31,13 @@ from .releases import (
     narrowing,
     new_release_id,
     pin_passages,
-    prune_builds,
-    prune_releases,
     publish_lock,
     published_releases,
     save_hold,
-    switch_current,
-    unpin_pruned,
+    serve_and_prune,
 )
 from .serving import live_services
+from .table_pins import missing_files
 from .workspace import Workspace
 
 
@@ -77,7 +74,7 @@ def unservable(ws: Workspace, release: Release) -> list[str]:
     folders = ([release.bm25] if release.bm25 else []) + [f for e in release.dense for f in e.indexes.values()]
     gone = [f"index {folder}" for folder in folders
             if not any((ws.indexes_dir / folder / name).is_file() for name in (BM25_METADATA, FAISS_METADATA))]  # fmt: skip
-    gone += [f"passages file {e.path}" for e in release.passages_files if not (ws.root / e.path).is_file()]
+    gone += [f"passages file {path}" for path in missing_files(ws.root, release.passages_files)]
     if not release.passages_files and ws.table_version("passages") != release.passages_version:
         gone.append(f"passages {release.passages_version} (an older odqa published it without naming their files, "
                     "and the passages table has changed since)")  # fmt: skip
@@ -106,10 +103,6 @@ def rollback(ws: Workspace, to: str | None = None, *, by: str, keep: int = DEFAU
             raise RollbackRefused(f"release {target.release} would not serve {'; '.join(lost)}")
         restored = pin_passages(ws, restored, target)
         hold = Hold(release=current, by=by, at=now, passages_held=current.passages_version != target.passages_version)
-        save_hold(ws, hold)
-        switch_current(ws, restored)
-        (ws.indexes_dir / REFUSED_FILE).unlink(missing_ok=True)
-        pruned = prune_releases(ws, keep)
-        unpin_pruned(ws)
-        removed = prune_builds(ws, restored.passages_version)
+        save_hold(ws, hold)  # before the switch: killed in between, the next re-index still publishes nothing
+        pruned, removed = serve_and_prune(ws, restored, keep)
     return Publication(restored, True, current.release, pruned, removed, held=hold.describe())

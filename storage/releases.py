@@ -55,7 +55,7 @@ from .locks import this_command
 from .model_registry import resolve_model
 from .serving import ServiceRecord, live_services
 from .snapshot import HISTORY_KEEP, FileEntry, load_snapshot, recent_snapshots, workspace_lock
-from .table_pins import set_pins
+from .table_pins import missing_files, set_pins
 from .workspace import Workspace
 
 RELEASES_DIR = "releases"
@@ -368,14 +368,10 @@ def publish(ws: Workspace, passages_version: str, *, change: ServingChange = Ser
                 "at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "passages_version": passages_version,
                 "retrievers": wanted.retrievers(), "lacks": withheld, "by": change.by or this_command()})  # fmt: skip
             return Publication(current, False, previous, [], [], withheld=withheld)
-        wanted = pin_passages(ws, wanted, current)
-        switch_current(ws, wanted)
-        (ws.indexes_dir / REFUSED_FILE).unlink(missing_ok=True)
         if hold is not None and hold.release.passages_version != passages_version == ws.table_version("passages"):
             _lift_hold(ws)  # newer passages serve now: the held ones will not come back
-        pruned = prune_releases(ws, keep)
-        unpin_pruned(ws)
-        removed = prune_builds(ws, passages_version)
+        wanted = pin_passages(ws, wanted, current)
+        pruned, removed = serve_and_prune(ws, wanted, keep)
     return Publication(wanted, True, previous, pruned, removed)
 
 
@@ -486,18 +482,23 @@ def pin_passages(ws: Workspace, release: Release, current: Release | None) -> Re
     older odqa) are not named: a service then reads the current passages, and says so."""
     with workspace_lock(ws.root):
         files = _passages_files_of(ws, release.passages_version, current)
-        if not all((ws.root / entry.path).is_file() for entry in files):
+        if missing_files(ws.root, files):
             files = []
         named = replace(release, passages_files=files)
         _write_pins(ws, [*published_releases(ws), named])
     return named
 
 
-def unpin_pruned(ws: Workspace) -> None:
-    """Pin only the kept releases' passages files (after `prune_releases`); the next commit's
-    garbage collection deletes the rest."""
+def serve_and_prune(ws: Workspace, release: Release, keep: int) -> tuple[list[str], list[str]]:
+    """Make `release` (its passages pinned, `pin_passages`) the current one, then prune the old
+    releases, unpin their passages (the next commit's garbage collection deletes them) and delete
+    the builds only they used; the pruned releases and builds. Call under `publish_lock`."""
+    switch_current(ws, release)
+    (ws.indexes_dir / REFUSED_FILE).unlink(missing_ok=True)
+    pruned = prune_releases(ws, keep)
     with workspace_lock(ws.root):
         _write_pins(ws, published_releases(ws))
+    return pruned, prune_builds(ws, release.passages_version)
 
 
 def _write_pins(ws: Workspace, releases: list[Release]) -> None:

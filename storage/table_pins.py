@@ -16,9 +16,11 @@ collection runs under, so no collection sees a half-updated set.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from .atomic import atomic_write_json
+from .snapshot import FileEntry
 from .table_files import TABLES_DIR
 
 PINS_FILE = "pins.json"
@@ -43,6 +45,11 @@ def read_pins(root: Path) -> dict[str, list[str]]:
 def pinned_paths(root: Path) -> set[str]:
     """Every pinned file (what the garbage collection keeps)."""
     return {path for paths in read_pins(root).values() for path in paths}
+
+
+def missing_files(root: Path, entries: Sequence[FileEntry]) -> list[str]:
+    """The paths of `entries` no longer on disk (deleted by hand, or before they were pinned)."""
+    return [entry.path for entry in entries if not (root / entry.path).is_file()]
 
 
 def set_pins(root: Path, pins: dict[str, list[str]]) -> None:
