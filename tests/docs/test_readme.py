@@ -15,7 +15,7 @@ temporary folder, so runs never touch the checkout.
 
 An output block (a plain ``` block right after a marked one) shows what that block printed: each
 of its lines must be a line of the run's transcript of that block, in order, once what varies from
-run to run is masked on both sides (`masked`: times, rates, decimals and a lone 0 or 1, ports,
+run to run is masked on both sides (`masked`: dates, times, rates, decimals and a lone 0 or 1, ports,
 pids, release ids, content hashes, the checkout's and the workspace's paths; runs of spaces). A line ``...`` (or one
 starting with it) stands for lines left out. So an output block cannot go stale: a renamed field,
 a `None` the CLI no longer prints or a line it now prints differently fails here.
@@ -46,6 +46,7 @@ SHOWN_WORKSPACE = f"{SHOWN_CHECKOUT}/my-workspace"
 VARYING = [  # what differs from run to run, masked in the transcript and in the README alike
     (re.compile(r"\d{8}T\d{6,}Z-[0-9a-f]+"), "<release>"),
     (re.compile(r"\b[0-9a-f]{16,64}\b"), "<hash>"),
+    (re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\+\d\d:\d\d)?"), "<timestamp>"),  # when a release was published
     (re.compile(r"python3\.\d+"), "python3.X"),
     (re.compile(r"(127\.0\.0\.1|localhost):\d+"), r"\1:<port>"),
     (re.compile(r"\bpid \d+"), "pid <n>"),
@@ -112,7 +113,8 @@ def script(blocks: list[tuple[str, str | None]], workspace: Path, logs: Path) ->
              'trap \'for pid in "${BACKGROUND[@]}"; do kill "$pid" 2>/dev/null || true; done\' EXIT']  # fmt: skip
     for number, (code, until) in enumerate(blocks, 1):
         code = code.replace(WORKSPACE_LINE, shlex.quote(str(workspace)))
-        lines.append(f"echo '=== README block {number}'")
+        # on a line of its own even after output without a final newline (curl's JSON)
+        lines.append(f"echo; echo '=== README block {number}'")
         if until is None:
             lines.append(code)
             continue
