@@ -36,9 +36,11 @@ def passage_files(ws: Workspace, *, except_source: str | None = None) -> list[Pa
     return [ws.root / entry.path for entry in ws.snapshot().files("passages") if entry.source != except_source]
 
 
-def passage_records(ws: Workspace, batch_size: int = 65_536) -> Iterator[PassageRecord]:
-    """(passage_id, title, text) of every passage, in table order."""
-    for batch in ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=batch_size):
+def passage_records(ws: Workspace, batch_size: int = 65_536, snapshot: Snapshot | None = None
+                    ) -> Iterator[PassageRecord]:  # fmt: skip
+    """(passage_id, title, text) of every passage, in table order (of `snapshot`, default the
+    current one)."""
+    for batch in ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=batch_size, snapshot=snapshot):
         yield from zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True)
 
 

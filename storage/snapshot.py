@@ -125,7 +125,15 @@ def prune_history(root: Path, keep: int) -> None:
 def workspace_lock(root: Path, timeout_s: float = 600.0) -> Iterator[None]:
     """Exclusive lock for read-modify-write of the snapshot (several processes may commit)."""
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / LOCK_FILE, "a+") as handle:
+    with exclusive_file_lock(root / LOCK_FILE, timeout_s, f"workspace {root}"):
+        yield
+
+
+@contextlib.contextmanager
+def exclusive_file_lock(path: Path, timeout_s: float, what: str) -> Iterator[None]:
+    """An `flock` on `path` (created if needed), polled until `timeout_s`; the kernel frees it
+    when its holder dies. A TimeoutError names `what` stayed locked."""
+    with open(path, "a+") as handle:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -133,7 +141,7 @@ def workspace_lock(root: Path, timeout_s: float = 600.0) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"workspace {root} stayed locked for {timeout_s:.0f}s") from None
+                    raise TimeoutError(f"{what} stayed locked for {timeout_s:.0f}s") from None
                 time.sleep(0.05)
         try:
             yield

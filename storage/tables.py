@@ -29,6 +29,7 @@ from .atomic import atomic_write_text, slug, write_parquet_atomic
 from .catalog import refresh_catalog
 from .locks import writer_lock
 from .owned_dirs import OWNER_FILE, OwnedDir
+from .read_leases import leased_paths, leases_locked, reading
 from .schemas import conform, schema_for
 from .snapshot import (
     HISTORY_KEEP,
@@ -343,18 +344,20 @@ def entries_after(transactions: Sequence[Transaction], table: str, leaving_out: 
 
 
 def _collect_garbage(root: Path) -> None:
-    """Delete table files no recent snapshot references (leftovers of killed or old commits) and
-    no published release still serves (`table_pins`)."""
+    """Delete table files no recent snapshot references (leftovers of killed or old commits), no
+    published release still serves (`table_pins`) and no running reader reads (`read_leases`)."""
     keep = pinned_paths(root)
     for snap in recent_snapshots(root, KEEP_SNAPSHOTS):
         for entries in snap.tables.values():
             keep.update(e.path for e in entries)
     tables_dir = root / TABLES_DIR
-    for path in tables_dir.glob("*/*.parquet"):
-        if path.parent.name == EMPTY_DIR:
-            continue
-        if str(path.relative_to(root)) not in keep:
-            path.unlink(missing_ok=True)
+    with leases_locked(root):
+        keep |= leased_paths(root)
+        for path in tables_dir.glob("*/*.parquet"):
+            if path.parent.name == EMPTY_DIR:
+                continue
+            if str(path.relative_to(root)) not in keep:
+                path.unlink(missing_ok=True)
     prune_history(root, keep=HISTORY_KEEP)
 
 
@@ -377,7 +380,8 @@ def scan_table(
     batch_size: int = 65_536,
     filter=None,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream a table in file order with bounded memory."""
-    dataset = table_dataset(root, snapshot, table)
-    yield from dataset.to_batches(columns=columns, batch_size=batch_size, filter=filter)
-
+    """Stream a table in file order with bounded memory, its files leased until the stream ends
+    (`read_leases`): commits meanwhile do not delete them under it."""
+    with reading(root, [table], f"scan {table}", snapshot):
+        dataset = table_dataset(root, snapshot, table)
+        yield from dataset.to_batches(columns=columns, batch_size=batch_size, filter=filter)

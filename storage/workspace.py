@@ -7,12 +7,13 @@ import hashlib
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
-from . import catalog, tables
+from . import catalog, read_leases, tables
 from .atomic import slug
 from .owned_dirs import OwnedDir
 from .snapshot import Snapshot, StageRecord, load_snapshot
@@ -142,19 +143,35 @@ class Workspace:
         return tables.Transaction(self.root, stage, fingerprint=fingerprint, resumable=resumable)
 
     # -- reading ----------------------------------------------------------------------------
-    def read_table(self, table: str, columns: list[str] | None = None, filter=None) -> pa.Table:
-        return tables.read_table(self.root, self.snapshot(), table, columns=columns, filter=filter)
+    def reading(self, *tables: str, what: str) -> AbstractContextManager[Snapshot]:
+        """The current snapshot, its `tables`' files kept on disk while the block runs
+        (`read_leases`): pass it to `scan`/`read_table` to read one version throughout."""
+        return read_leases.reading(self.root, tables, what)
+
+    def reading_version(self, table: str, version: str, what: str) -> AbstractContextManager[Snapshot]:
+        """A snapshot in which `table` has `version` (the current one or a recent one), its files
+        kept while the block runs: what a build keyed by that version reads."""
+        return read_leases.reading_version(self.root, table, version, what)
+
+    def read_table(self, table: str, columns: list[str] | None = None, filter=None,
+                   snapshot: Snapshot | None = None) -> pa.Table:  # fmt: skip
+        return tables.read_table(self.root, snapshot or self.snapshot(), table, columns=columns, filter=filter)
 
     def scan(
-        self, table: str, columns: list[str] | None = None, batch_size: int = 65_536, filter=None
+        self, table: str, columns: list[str] | None = None, batch_size: int = 65_536, filter=None,
+        snapshot: Snapshot | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        return tables.scan_table(self.root, self.snapshot(), table, columns, batch_size, filter=filter)
+        """The table's batches from `snapshot` (default: the current one), its files leased while
+        the stream runs."""
+        return tables.scan_table(self.root, snapshot or self.snapshot(), table, columns, batch_size, filter=filter)
 
     def sql(self, query: str, limits: catalog.QueryLimits | None = None) -> pa.Table:
         """One read-only query over every table, in a sandbox, within `limits` (default: 60 s, a
-        quarter of the memory, at most 4 GiB); writes are refused."""
-        return catalog.query_read_only(self.root, self.snapshot(), query, limits or catalog.QueryLimits(),
-                                       self.duckdb_temp_dir)  # fmt: skip
+        quarter of the memory, at most 4 GiB); writes are refused. The files it reads are leased
+        while it runs."""
+        with read_leases.reading(self.root, None, "odqa sql") as snapshot:
+            return catalog.query_read_only(self.root, snapshot, query, limits or catalog.QueryLimits(),
+                                           self.duckdb_temp_dir)  # fmt: skip
 
     @property
     def duckdb_temp_dir(self) -> Path | None:

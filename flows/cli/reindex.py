@@ -32,7 +32,8 @@ from .runner_options import runner_options, runner_settings
               help="Publish without this dense model (repeatable; refused while a running `odqa serve` answers "
                    "with it).")
 @click.option("--wait-seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Wait this long for a running re-index before refusing.")
+              help="Wait this long for a running re-index (and, with files to take, for a running "
+                   "`odqa import passages`) before refusing.")
 @click.option("--keep", type=click.IntRange(min=1), default=3, show_default=True, help="Releases kept.")
 @click.option("--settle-seconds", type=click.FloatRange(min=0), default=SETTLE_SECONDS, show_default=True,
               help="Without --dump/--passages: take a file of incoming/ once unchanged for this long.")

@@ -12,6 +12,7 @@ A file that changes while it is read is left for later, its rows dropped from th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,14 +92,19 @@ class _Run:
             self.dump.aborted()
 
 
-def ingest_together(ws: Workspace, incoming: Incoming) -> IngestRunReport:
+def ingest_together(ws: Workspace, incoming: Incoming, wait_s: float = 0.0) -> IngestRunReport:
     """Stage the newest dump and every passages file `incoming` holds, commit them in one switch,
-    and report; a malformed file fails the run (`MalformedFilesError`) with nothing committed."""
+    and report; a malformed file fails the run (`MalformedFilesError`) with nothing committed.
+    Nothing to take takes no lock (a scheduled run meeting a long `odqa import passages` goes on
+    to its builds); files to take wait up to `wait_s` for such an import to finish."""
     log = stage_logger()
     report = IngestRunReport(source=str(incoming.source), left=dict(incoming.left), refused=dict(incoming.refused),
                              ignored=dict(incoming.ignored))  # fmt: skip
     run = _Run(ws, incoming, report)
-    with passages_import_lock(ws, f"files of a re-index from {incoming.source}"):
+    taking = incoming.dump is not None or bool(incoming.passages)
+    locked = (passages_import_lock(ws, f"files of a re-index from {incoming.source}", wait_s) if taking
+              else contextlib.nullcontext())  # fmt: skip
+    with locked:
         try:
             if incoming.dump is not None:
                 _stage_dump(run, incoming.dump)

@@ -41,7 +41,6 @@ from ...storage import Workspace
 from ...storage.choices import IndexType, PassageFormat
 from ...storage.metrics import has_run, metric_rows, numeric_figures
 from ...storage.model_registry import ModelRef
-from ...storage.passages import require_passages
 from ...storage.releases import (
     Publication,
     Release,
@@ -92,13 +91,15 @@ def _build(ws: Workspace, plan: ReindexPlan, figures: dict[str, Any], index_type
         figures.update(made if number == 0 else {f"{ref.passage_key}:{k}": v for k, v in made.items()})
 
 
-def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str) -> IngestRunReport:
+def _ingest(ws: Workspace, dump: str | None, passages: str | None, passages_format: str, wait_s: float
+            ) -> IngestRunReport:  # fmt: skip
     """Ingest the dump and passages file given to the run (re-indexing from a corpus file means
     taking its new content: it replaces its earlier rows), committed together."""
-    return ingest_together(ws, given(dump, passages, passages_format))
+    return ingest_together(ws, given(dump, passages, passages_format), wait_s)
 
 
-def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str, settle_seconds: float) -> IngestRunReport:
+def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str, settle_seconds: float, wait_s: float
+                    ) -> IngestRunReport:  # fmt: skip
     """Ingest what is complete at the watched source (`flows.compositions.incoming`), logging where
     it looked and what it found there."""
     source = Path(watch).expanduser() if watch else default_source(ws.root)
@@ -106,7 +107,7 @@ def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str, sett
         source.mkdir(parents=True, exist_ok=True)  # so a user sees where new files go
     incoming = look_at(source, passages_format, settle_seconds)
     stage_logger().info("re-index %s", incoming.describe())
-    return ingest_together(ws, incoming)
+    return ingest_together(ws, incoming, wait_s)
 
 
 def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
@@ -209,8 +210,9 @@ def reindex_flow(
         drop_bm25: Publish without BM25 (never while a running odqa serve answers with it).
         drop_models: Dense models to publish without (never one a running odqa serve answers
             with); empty: none.
-        wait_seconds: How long to wait for a re-index that holds the workspace's lock before
-            giving up.
+        wait_seconds: How long to wait for a re-index that holds the workspace's lock, and then
+            for an `odqa import passages` that writes the passages while this one has files to
+            take, before giving up.
         keep: Newest releases kept (the current one always), so searches that started on an older
             one finish; older ones and the index builds only they use are deleted.
         threads: BM25 indexing threads; empty: one per CPU core.
@@ -232,25 +234,28 @@ def reindex_flow(
                             holder=holder)  # fmt: skip
         before = ws.rows("passages")
         if dump or passages:
-            ingested = _ingest(ws, dump, passages, passages_format)
+            ingested = _ingest(ws, dump, passages, passages_format, wait_seconds)
         else:
-            ingested = _ingest_watched(ws, watch, passages_format, settle_seconds)
-        if ws.rows("passages") == 0:
-            raise ValueError("the passages table is empty: give a dump or passages to ingest")
-        version = require_passages(ws)
-        figures: dict[str, Any] = {"passages": ws.rows("passages")}
-        log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
-        dumped = ingested.dump or {}
-        figures.update({name: dumped[name] for name in ("pages_recleaned", "pages_reused", "pages_removed")
-                        if dumped.get(name) is not None})  # fmt: skip
-        hold = current_hold(ws)
-        if hold is not None and hold.holds_passages(version):
-            # rolled back from these very passages: building over them again would be for nothing
-            serving = current_release(ws)
-            published = Publication(serving, False, serving.release if serving else None, [], [], held=hold.describe())
-        else:
-            _build(ws, plan, figures, index_type, batch_size, shard_size, runner, memory_gb, threads)
-            published = publish_indexes(ws, version, change=plan.change, figures=figures, keep=keep)
+            ingested = _ingest_watched(ws, watch, passages_format, settle_seconds, wait_seconds)
+        # the passages built and published, kept on disk until the release pins them
+        with ws.reading("passages", what=f"reindex ({holder})") as snapshot:
+            if snapshot.rows("passages") == 0:
+                raise ValueError("the passages table is empty: give a dump or passages to ingest")
+            version = snapshot.table_version("passages")
+            figures: dict[str, Any] = {"passages": snapshot.rows("passages")}
+            log.info("passages: %d before, %d now (version %s)", before, figures["passages"], version)
+            dumped = ingested.dump or {}
+            figures.update({name: dumped[name] for name in ("pages_recleaned", "pages_reused", "pages_removed")
+                            if dumped.get(name) is not None})  # fmt: skip
+            hold = current_hold(ws)
+            if hold is not None and hold.holds_passages(version):
+                # rolled back from these very passages: building over them again would be for nothing
+                serving = current_release(ws)
+                published = Publication(serving, False, serving.release if serving else None, [], [],
+                                        held=hold.describe())  # fmt: skip
+            else:
+                _build(ws, plan, figures, index_type, batch_size, shard_size, runner, memory_gb, threads)
+                published = publish_indexes(ws, version, change=plan.change, figures=figures, keep=keep)
         if published.withheld:
             raise ReindexRefused(f"the re-index built passages {version} but did not publish them: since it started, "
                                  f"what serves changed and the release would lack {'; '.join(published.withheld)}. "

@@ -56,7 +56,9 @@ def java_preflight_task() -> str:
 def build_bm25_task(workspace: str, passages_version: str, threads: int) -> Bm25IndexReport:
     ws = Workspace.resolve(workspace)
     path = IndexLayout.of(ws).bm25(passages_version)
-    info = build_bm25_index(passage_records(ws), path, snapshot=passages_version, threads=threads)
+    with ws.reading_version("passages", passages_version, what="bm25 build") as snapshot:  # that version only
+        info = build_bm25_index(passage_records(ws, snapshot=snapshot), path, snapshot=passages_version,
+                                threads=threads)  # fmt: skip
     return Bm25IndexReport(path=str(path), documents=info.documents, snapshot=passages_version,
                            skipped_empty=info.skipped_empty, skipped_bad_ids=info.skipped_bad_ids,
                            build_seconds=info.build_seconds)  # fmt: skip

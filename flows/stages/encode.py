@@ -164,21 +164,24 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
     from ...models.retriever import load_retriever
 
     reuse = _previous_vectors(ws, ref, wanted)
-    with gpu_slot(f"encode {ref.name}", ws.root):
-        started = time.perf_counter()  # the encoding's own time, not the wait for the slot
-        result = encode_corpus(
-            retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096), build.embeddings,
-            corpus_fingerprint=build.passages_version, shard_size=shard_size, batch_size=batch_size, dtype=dtype,  # type: ignore[arg-type]
-            devices=devices, precision=precision,  # type: ignore[arg-type]
-            retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
-            total=ws.rows("passages"), reuse=reuse, token_store=token_store(ws, retriever),
-        )  # fmt: skip
-    _tell_restart(result.restart_reason)
-    removed = 0
-    if not result.skipped:
-        write_keys(build.embeddings, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
-        if reuse is not None and result.reused_passages:
-            removed = reuse.previous_count() - reuse.ids_kept(EncodedCorpus(build.embeddings).ids())
+    # the vectors and their keys from this very passages version, its files kept meanwhile
+    with ws.reading_version("passages", build.passages_version, what=f"encode {ref.name}") as snapshot:
+        with gpu_slot(f"encode {ref.name}", ws.root):
+            started = time.perf_counter()  # the encoding's own time, not the wait for the slot
+            result = encode_corpus(
+                retriever, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096, snapshot=snapshot),
+                build.embeddings, corpus_fingerprint=build.passages_version, shard_size=shard_size,
+                batch_size=batch_size, dtype=dtype, devices=devices, precision=precision,  # type: ignore[arg-type]
+                retriever_factory=functools.partial(load_retriever, ref.passage_path) if len(devices) > 1 else None,
+                total=snapshot.rows("passages"), reuse=reuse, token_store=token_store(ws, retriever),
+            )  # fmt: skip
+        _tell_restart(result.restart_reason)
+        removed = 0
+        if not result.skipped:
+            write_keys(build.embeddings, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096,
+                                                 snapshot=snapshot))  # fmt: skip
+            if reuse is not None and result.reused_passages:
+                removed = reuse.previous_count() - reuse.ids_kept(EncodedCorpus(build.embeddings).ids())
     manifest = result.manifest
     return EncodeReport(
         model=ref.name, embeddings=str(build.embeddings), passages=manifest.num_passages, shards=len(manifest.shards),
@@ -271,60 +274,59 @@ def encode_mapped_flow(
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
     remember_model(ws, ref)
-    snapshot = ws.snapshot()  # the one snapshot every task reads
     version = require_passages(ws)
-    if snapshot.table_version("passages") != version:
-        raise RuntimeError("the passages changed while the encoding started; run it again")
-    files = [asdict(entry) for entry in snapshot.files("passages")]
-    out = dense_build(ws, ref).embeddings
-    loaded = loaded_model(ref.passage_path)  # for what the manifest records about the model
-    wanted = wanted_manifest(loaded.model, version, shard_size, batch_size, dtype,  # type: ignore[arg-type]
-                             precision, default_devices())  # type: ignore[arg-type]  # fmt: skip
-    manifest, restart_reason = prepare_out_dir(out, wanted)
-    _tell_restart(restart_reason)
-    described = {"model": model, "embeddings": str(out), "dim": manifest.dim, "dtype": manifest.dtype,
-                 "precision": manifest.precision}  # fmt: skip
-    if manifest.complete:
-        log.info("%s: embeddings complete for this model and corpus; nothing to encode", out)
-        return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=0,
-                            tasks=0, noop=True)  # fmt: skip
-    write_manifest(out, manifest)  # what the shard files belong to, before any task writes one
-    plan = pending_shards(snapshot.rows("passages"), manifest.shard_size, manifest.shards)
-    log.info("encode %s: %d shard(s) to encode, %d already finished", model, len(plan), len(manifest.shards))
-    encoded, taken, tokenized, tokens_reused, devices, failures = 0, 0, 0, 0, set(), []
-    started = time.perf_counter()
-    runner = runner or RunnerSettings()
-    needs = accelerator_needed(runner)
-    with RestoreTorchThreads(), accelerator_request(needs):
-        futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
-                                        str(out), batch_size, manifest.precision, dtype, threads,
-                                        manifest.model_fingerprint, manifest.dim,
-                                        not on_cluster(runner), version)  # fmt: skip
-    planned = {future.task_run_id: shard for future, shard in zip(futures, plan, strict=True)}
-    for future, result, error in settled(list(futures), needs if on_cluster(runner) else None):
-        if error is not None:  # record every shard that did finish, then fail
-            failures.append(error)
-            continue
-        info, device, fresh, shard_tokenized, shard_reused = result
-        tokenized += shard_tokenized
-        tokens_reused += shard_reused
-        if info.count != planned[future.task_run_id].count:
-            raise RuntimeError(f"shard {info.index}: {info.count} passages written, "
-                               f"{planned[future.task_run_id].count} planned")  # fmt: skip
-        record_shard(out, manifest, info)
-        encoded += info.count if fresh else 0
-        taken += 0 if fresh else 1
-        devices.add(device)
-    if failures:
-        raise RuntimeError(f"{len(failures)} of {len(plan)} shard task(s) failed; the {len(plan) - len(failures)} "
-                           "that finished are recorded and a re-run resumes after them") from failures[0]  # fmt: skip
-    manifest.complete = True
-    write_manifest(out, manifest)
-    write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096))
-    return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=encoded,
-                        seconds=round(time.perf_counter() - started, 3), devices=sorted(devices),
-                        restarted=restart_reason, tasks=len(plan), taken=taken, tokenized=tokenized,
-                        tokens_reused=tokens_reused)  # fmt: skip
+    # the one passages version every task reads (and the keys are written from), kept meanwhile
+    with ws.reading_version("passages", version, what=f"encode {model} on a task runner") as snapshot:
+        files = [asdict(entry) for entry in snapshot.files("passages")]
+        out = dense_build(ws, ref).embeddings
+        loaded = loaded_model(ref.passage_path)  # for what the manifest records about the model
+        wanted = wanted_manifest(loaded.model, version, shard_size, batch_size, dtype,  # type: ignore[arg-type]
+                                 precision, default_devices())  # type: ignore[arg-type]  # fmt: skip
+        manifest, restart_reason = prepare_out_dir(out, wanted)
+        _tell_restart(restart_reason)
+        described = {"model": model, "embeddings": str(out), "dim": manifest.dim, "dtype": manifest.dtype,
+                     "precision": manifest.precision}  # fmt: skip
+        if manifest.complete:
+            log.info("%s: embeddings complete for this model and corpus; nothing to encode", out)
+            return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=0,
+                                tasks=0, noop=True)  # fmt: skip
+        write_manifest(out, manifest)  # what the shard files belong to, before any task writes one
+        plan = pending_shards(snapshot.rows("passages"), manifest.shard_size, manifest.shards)
+        log.info("encode %s: %d shard(s) to encode, %d already finished", model, len(plan), len(manifest.shards))
+        encoded, taken, tokenized, tokens_reused, devices, failures = 0, 0, 0, 0, set(), []
+        started = time.perf_counter()
+        runner = runner or RunnerSettings()
+        needs = accelerator_needed(runner)
+        with RestoreTorchThreads(), accelerator_request(needs):
+            futures = encode_shard_task.map(str(ws.root), ref.passage_path, [asdict(s) for s in plan], unmapped(files),
+                                            str(out), batch_size, manifest.precision, dtype, threads,
+                                            manifest.model_fingerprint, manifest.dim,
+                                            not on_cluster(runner), version)  # fmt: skip
+        planned = {future.task_run_id: shard for future, shard in zip(futures, plan, strict=True)}
+        for future, result, error in settled(list(futures), needs if on_cluster(runner) else None):
+            if error is not None:  # record every shard that did finish, then fail
+                failures.append(error)
+                continue
+            info, device, fresh, shard_tokenized, shard_reused = result
+            tokenized += shard_tokenized
+            tokens_reused += shard_reused
+            if info.count != planned[future.task_run_id].count:
+                raise RuntimeError(f"shard {info.index}: {info.count} passages written, "
+                                   f"{planned[future.task_run_id].count} planned")  # fmt: skip
+            record_shard(out, manifest, info)
+            encoded += info.count if fresh else 0
+            taken += 0 if fresh else 1
+            devices.add(device)
+        if failures:
+            raise RuntimeError(f"{len(failures)} of {len(plan)} shard task(s) failed; the {len(plan) - len(failures)} "
+                               "that finished are recorded and a re-run resumes after them") from failures[0]  # fmt: skip
+        manifest.complete = True
+        write_manifest(out, manifest)
+        write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096, snapshot=snapshot))
+        return EncodeReport(**described, passages=manifest.num_passages, shards=len(manifest.shards), encoded_now=encoded,
+                            seconds=round(time.perf_counter() - started, 3), devices=sorted(devices),
+                            restarted=restart_reason, tasks=len(plan), taken=taken, tokenized=tokenized,
+                            tokens_reused=tokens_reused)  # fmt: skip
 
 
 def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:

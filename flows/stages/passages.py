@@ -69,10 +69,11 @@ def passages_stage(fmt: str, path: Path) -> str:
 
 
 @contextmanager
-def passages_import_lock(ws: Workspace, purpose: str) -> Iterator[None]:
+def passages_import_lock(ws: Workspace, purpose: str, wait_s: float = 0.0) -> Iterator[None]:
     """One writer of imported passages at a time (`odqa import passages`, a re-index's files): the
-    duplicate check must see every commit before its own."""
-    with writer_lock(ws.root, "table:passages:import", f"the passages table ({purpose})"):
+    duplicate check must see every commit before its own. A second one waits `wait_s` (a re-index,
+    for an import it meets), else is refused naming the first."""
+    with writer_lock(ws.root, "table:passages:import", f"the passages table ({purpose})", wait_s=wait_s):
         yield
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 from odqa.flows.compositions.incoming import REJECTED, look_at
 from odqa.flows.compositions.ingest_run import IngestRunReport, MalformedFilesError, ingest_together
 from odqa.storage import Workspace
+from odqa.storage.locks import WriterBusy
 from tests.boundaries.conftest import workspace_state
 
 HEADER = "id\ttext\ttitle\n"
@@ -306,3 +309,32 @@ def test_transactions_committed_together_switch_at_once_or_move_nothing(workspac
     committed = commit_together([third, fourth])
     assert committed.version == before.version + 1 and _ids(workspace) == ["n3", "n4"]
     assert {committed.stages[s].fingerprint for s in ("third", "fourth")} == {"f3", "f4"}
+
+
+def _import_lock_holder(root: Path, seconds: float) -> subprocess.Popen:
+    """Another process holding the passages import lock (a long `odqa import passages`) for `seconds`."""
+    script = ("import sys, time; from pathlib import Path; from odqa.storage.locks import writer_lock\n"
+              "with writer_lock(Path(sys.argv[1]), 'table:passages:import', 'the passages table (import of big.tsv)'):\n"
+              "    print('held', flush=True); time.sleep(float(sys.argv[2]))")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", script, str(root), str(seconds)], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_run_meeting_a_long_import_goes_on_with_nothing_to_take_and_waits_with_files(workspace: Workspace,
+                                                                                      incoming: Path) -> None:  # fmt: skip
+    holder = _import_lock_holder(workspace.root, 3.0)
+    try:
+        report = ingest_together(workspace, look_at(incoming, settle_seconds=SETTLE))  # nothing to take: no lock
+        assert report.summary() and workspace.rows("passages") == 0
+        _tsv(incoming / "a.tsv", [("a1", "alpha", "A")])
+        with pytest.raises(WriterBusy, match=r"is being written by pid \d+ on host"):
+            ingest_together(workspace, look_at(incoming, settle_seconds=SETTLE))
+        started = time.monotonic()
+        ingest_together(workspace, look_at(incoming, settle_seconds=SETTLE), wait_s=60.0)
+        assert time.monotonic() - started > 0.5  # it waited for the import to finish, then took the file
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _ids(workspace) == ["a1"]

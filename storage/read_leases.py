@@ -1,0 +1,238 @@
+"""Table files kept while a running process reads them: one lease per read, gone with its reader.
+
+A commit deletes the table files that neither the last few snapshots nor a published release list
+(`tables._collect_garbage`). A build reads one passages version for hours: it encodes it, writes
+its keys, builds BM25 over it and publishes it, while imports and other stages keep committing.
+Three commits later its files would be deleted under it and the run would fail half-way. Or, if
+it read the table afresh, it would mix two versions in one index. So a reader leases the files of
+the one snapshot it reads, for as long as it reads them:
+
+    tables/_leases/<host>-<pid>-<id>.json   {host, pid, started, since, command, what, paths}
+
+The garbage collection keeps every file a live lease names. A lease whose reader is gone (killed,
+crashed) is dropped by the next collection:
+- on this host, by its pid and the process's start time (a reused pid is another process);
+- from another host (a workspace on shared storage), once its holder has not refreshed it
+  (every `REFRESH_S`) for `STALE_S`.
+
+Leases are written and collected under one lock (`tables/_leases/.lock`): a reader checks its
+files and writes its lease under it, and the collection reads the leases and deletes under it. So
+once a reader holds its lease, no collection can delete its files. A workspace this process
+cannot write (read-only storage) or whose disk is full takes no lease: no commit of this process
+can delete files there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from .atomic import atomic_write_json, process_alive, slug
+from .locks import this_command
+from .snapshot import HISTORY_KEEP, Snapshot, exclusive_file_lock, load_snapshot, recent_snapshots
+from .table_files import TABLES_DIR
+
+LEASES_DIR = "_leases"
+LOCK_FILE = ".lock"
+REFRESH_S = 60.0  # how often a reader refreshes its leases (what readers on other hosts rely on)
+STALE_S = 600.0  # a lease from another host not refreshed for this long belongs to a dead reader
+# where no lease can be written the read goes on without one: storage this process may not write
+# (none of its commits deletes there), or a full disk (no commit completes there either)
+_NO_LEASE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
+class TableVersionGone(FileNotFoundError):
+    """The files of the table version a reader asked for are no longer in the workspace."""
+
+
+def leases_dir(root: Path) -> Path:
+    return root / TABLES_DIR / LEASES_DIR
+
+
+@contextlib.contextmanager
+def leases_locked(root: Path, timeout_s: float = 600.0) -> Iterator[None]:
+    """The lock leases are written and collected under (see the module's docstring)."""
+    folder = leases_dir(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive_file_lock(folder / LOCK_FILE, timeout_s, f"the read leases of {root}"):
+        yield
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of this host's process `pid` (clock ticks after boot, from /proc), so a
+    reused pid is told from the reader that held it; None when no such process runs (or it is a
+    zombie), or where /proc does not exist."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _reader_alive(record: dict, refreshed: float) -> bool:
+    if record.get("host") != socket.gethostname():
+        return time.time() - refreshed < STALE_S
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if not Path("/proc/self/stat").exists():  # no /proc (not Linux): the pid alone
+        return process_alive(pid)
+    return process_start(pid) == record.get("started")
+
+
+def leased_paths(root: Path) -> set[str]:
+    """Every file a live reader's lease names; the leases of dead readers are deleted. Call under
+    `leases_locked`, and delete files only before releasing it."""
+    folder = leases_dir(root)
+    keep: set[str] = set()
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            refreshed = path.stat().st_mtime
+        except FileNotFoundError:  # its reader finished meanwhile
+            continue
+        except (OSError, json.JSONDecodeError):  # lease writes are atomic: a hand edit or a disk fault
+            record, refreshed = {}, 0.0
+        if isinstance(record, dict) and _reader_alive(record, refreshed):
+            keep.update(str(p) for p in record.get("paths", []))
+        else:
+            path.unlink(missing_ok=True)
+    return keep
+
+
+def live_leases(root: Path) -> list[dict]:
+    """The leases of running readers (what each reads, since when), oldest first."""
+    folder = leases_dir(root)
+    found = []
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        try:
+            record, refreshed = json.loads(path.read_text(encoding="utf-8")), path.stat().st_mtime
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(record, dict) and _reader_alive(record, refreshed):
+            found.append(record)
+    return sorted(found, key=lambda r: r.get("since", 0))
+
+
+class _Refresher:
+    """Touches this process's lease files every `REFRESH_S` from one daemon thread, so readers on
+    other hosts see them as live (on this host the pid tells)."""
+
+    def __init__(self) -> None:
+        self._held: set[Path] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forget)  # a child holds none of its parent's leases
+
+    def _forget(self) -> None:
+        self._held, self._lock, self._thread = set(), threading.Lock(), None
+
+    def add(self, path: Path) -> None:
+        with self._lock:
+            self._held.add(path)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="odqa-read-leases", daemon=True)
+                self._thread.start()
+
+    def discard(self, path: Path) -> None:
+        with self._lock:
+            self._held.discard(path)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(REFRESH_S)
+            with self._lock:
+                held = list(self._held)
+            for path in held:
+                with contextlib.suppress(OSError):
+                    os.utime(path)
+
+
+_REFRESHER = _Refresher()
+
+
+def _write_lease(root: Path, paths: Sequence[str], what: str) -> Path:
+    host, pid = socket.gethostname(), os.getpid()
+    path = leases_dir(root) / f"{slug(host)[:40]}-{pid}-{uuid.uuid4().hex[:8]}.json"
+    record = {"host": host, "pid": pid, "started": process_start(pid), "since": time.time(),
+              "command": this_command(), "what": what, "paths": sorted(set(paths))}  # fmt: skip
+    atomic_write_json(path, record)
+    _REFRESHER.add(path)
+    return path
+
+
+def _named(snapshot: Snapshot, tables: Sequence[str] | None) -> list[str]:
+    return list(snapshot.tables) if tables is None else list(tables)
+
+
+def _missing(root: Path, snapshot: Snapshot, tables: Sequence[str] | None) -> list[str]:
+    return [e.path for t in _named(snapshot, tables) for e in snapshot.files(t) if not (root / e.path).is_file()]
+
+
+@contextlib.contextmanager
+def _leased(root: Path, tables: Sequence[str] | None, what: str, choose: Callable[[], Snapshot]
+            ) -> Iterator[Snapshot]:  # fmt: skip
+    """The snapshot `choose` picks (under the lease lock), its `tables`' files (None: every
+    table's) leased for the block."""
+    lease: Path | None = None
+    try:
+        with leases_locked(root):
+            snapshot = choose()
+            lease = _write_lease(root, [e.path for t in _named(snapshot, tables) for e in snapshot.files(t)], what)
+    except OSError as exc:
+        if exc.errno not in _NO_LEASE:
+            raise
+        snapshot = choose()
+    try:
+        yield snapshot
+    finally:
+        if lease is not None:
+            _REFRESHER.discard(lease)
+            lease.unlink(missing_ok=True)
+
+
+def reading(root: Path, tables: Sequence[str] | None, what: str, snapshot: Snapshot | None = None
+            ) -> contextlib.AbstractContextManager[Snapshot]:  # fmt: skip
+    """The current snapshot (or `snapshot`), whose `tables`' files (None: every table's) stay on
+    disk while the block runs. A given snapshot whose files are gone raises `TableVersionGone`."""
+
+    def choose() -> Snapshot:
+        if snapshot is None:
+            return load_snapshot(root)  # the newest: no collection deletes its files
+        gone = _missing(root, snapshot, tables)
+        if gone:
+            raise TableVersionGone(
+                f"{len(gone)} file(s) of snapshot {snapshot.version} are gone from {root}, e.g. {gone[0]} (later "
+                "commits replaced them, or they were deleted by hand); run it again to read the current tables"
+            )  # fmt: skip
+        return snapshot
+
+    return _leased(root, tables, what, choose)
+
+
+def reading_version(root: Path, table: str, version: str, what: str) -> contextlib.AbstractContextManager[Snapshot]:
+    """The newest snapshot in which `table` has `version` with its files still on disk (the
+    current one, else a recent one), those files kept while the block runs: a build keyed by a
+    version reads exactly that version, whatever committed since. `TableVersionGone` when no
+    snapshot still has it."""
+
+    def choose() -> Snapshot:
+        current = load_snapshot(root)
+        for snapshot in (current, *reversed(recent_snapshots(root, HISTORY_KEEP))):
+            if snapshot.table_version(table) == version and not _missing(root, snapshot, [table]):
+                return snapshot
+        raise TableVersionGone(
+            f"the {table} table's version {version} is no longer in {root} (it now has version "
+            f"{current.table_version(table)}, and the files of {version} were deleted after later commits); "
+            "run it again to build the current version"
+        )  # fmt: skip
+
+    return _leased(root, [table], what, choose)
