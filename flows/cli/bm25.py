@@ -9,7 +9,7 @@ from .report import echo_report
 
 
 @bm25_group.command("index")
-@click.option("--threads", type=int, default=None, help="Indexing threads (default: all cores).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Indexing threads (default: all cores).")
 @click.pass_context
 def bm25_index(ctx: click.Context, threads: int | None) -> None:
     """Index every passage (title + text) with positions, doc vectors and raw text stored."""

@@ -13,6 +13,7 @@ from .groups import main, workspace_arg
 from .recipe import echo_scores, recipe_arguments, recipe_options
 from .settings_options import settings_options
 
+SIGNIFICANCE = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
 ALPHA_HELP = "Significance level after Bonferroni correction."
 
 
@@ -68,7 +69,7 @@ def _echo(report: Any) -> None:
               help="Experiment name (models are NAME-<arch>-round<r>; metrics run experiment:NAME).")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Training rounds per model (2+: mine with the previous round's model).")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help=ALPHA_HELP)
+@click.option("--alpha", type=SIGNIFICANCE, default=0.05, show_default=True, help=ALPHA_HELP)
 @recipe_options
 @click.pass_context
 def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rounds: int, alpha: float,
@@ -94,7 +95,7 @@ def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rou
               show_default=True, help="Fraction of the training questions held out to tune the hybrid weight on.")
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Also tune and evaluate each dense model's hybrid with BM25 (--no-hybrid: no hold-out either).")
-@click.option("--alpha", type=float, default=0.05, show_default=True, help=ALPHA_HELP)
+@click.option("--alpha", type=SIGNIFICANCE, default=0.05, show_default=True, help=ALPHA_HELP)
 @recipe_options
 @click.pass_context
 def taser(ctx: click.Context, name: str, rounds: int, routing: str, holdout: float, hybrid: bool, alpha: float,

@@ -11,9 +11,9 @@ from .runner_options import runner_options, runner_settings
 
 @ingest_group.command("wikipedia")
 @click.argument("dump", type=click.Path(exists=True, dir_okay=False))
-@click.option("--words", "words_per_passage", default=100, show_default=True, help="Words per passage (DPR: 100).")
+@click.option("--words", "words_per_passage", type=click.IntRange(min=1), default=100, show_default=True, help="Words per passage (DPR: 100).")
 @click.option("--keep-lists/--drop-lists", default=True, show_default=True, help="Keep bulleted/numbered list text.")
-@click.option("--workers", default=2, show_default=True, help="Processes of the local cleaning pool (no --runner).")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Processes of the local cleaning pool (no --runner).")
 @click.option("--chunk-pages", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Pages per cleaning task.")
 @runner_options

@@ -17,7 +17,7 @@ from .report import echo_report
     "--depth", type=int, default=100, show_default=True, callback=passages_per_question,
     help="BM25 passages considered per question.",
 )
-@click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Search threads (default: all cores).")
 @click.pass_context
 def negatives_bm25(
     ctx: click.Context, dataset: str, split: str, count: int, depth: int, threads: int | None

@@ -35,7 +35,7 @@ def _derive(ctx: click.Context, title: str, **params: Any) -> None:
 
 @positives_group.command("bm25")
 @_common
-@click.option("--threads", type=int, default=None, help="Search threads (default: all cores).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Search threads (default: all cores).")
 @click.pass_context
 def positives_bm25(ctx: click.Context, dataset: str, split: str, depth: int, count: int, threads: int | None) -> None:
     """Positives from BM25 for questions without any (DPR).

@@ -20,18 +20,18 @@ WIKIDATA = "https://query.wikidata.org/sparql"
 @click.option("--dataset", required=True, help="Dataset name the questions are stored under.")
 @click.option("--relations", multiple=True, metavar="PID",
               help="Relations to use (repeat or comma-separate; default: the thesis' 14, or every templated one with --splits none).")
-@click.option("--sample-per-relation", type=int, default=None,
+@click.option("--sample-per-relation", type=click.IntRange(min=1), default=None,
               help="Facts per relation, deterministic under --seed (default: all from files, 20000 from SPARQL).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--splits", type=click.Choice(list(TREX_SPLITS)), default="thesis", show_default=True,
               help="thesis: seen relations 80/10/10, unseen relations 10% test_unseen, 4 analysis sets.")
 @click.option("--split", default=None, help="With --splits none: the one split every question goes to.")
-@click.option("--size-per-relation", type=int, default=10_000, show_default=True,
+@click.option("--size-per-relation", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Facts per relation the thesis splits are made of (Table 3.1).")
-@click.option("--analysis-per-relation", type=int, default=300, show_default=True)
-@click.option("--page-size", type=int, default=1000, show_default=True, help="SPARQL rows per request.")
-@click.option("--retries", type=int, default=5, show_default=True, help="SPARQL retries per request (429/5xx/timeouts).")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="SPARQL request timeout, seconds.")
+@click.option("--analysis-per-relation", type=click.IntRange(min=0), default=300, show_default=True)
+@click.option("--page-size", type=click.IntRange(min=1), default=1000, show_default=True, help="SPARQL rows per request.")
+@click.option("--retries", type=click.IntRange(min=0), default=5, show_default=True, help="SPARQL retries per request (429/5xx/timeouts).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="SPARQL request timeout, seconds.")
 @click.option("--user-agent", default=None,
               help="User-Agent for SPARQL requests; Wikidata asks for one naming the tool and a contact.")
 @click.pass_context
@@ -56,10 +56,10 @@ def questions_trex(ctx: click.Context, sparql: str | None, trex: str | None, tri
 @questions_group.command("paq")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--dataset", default="paq", show_default=True)
-@click.option("--passages", type=int, default=100_000, show_default=True, help="Passages to sample (one question each).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--min-questions", type=int, default=3, show_default=True, help="Keep passages with at least this many.")
-@click.option("--negatives", type=int, default=1, show_default=True, help="Negative questions per flipped row.")
+@click.option("--passages", type=click.IntRange(min=1), default=100_000, show_default=True, help="Passages to sample (one question each).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--min-questions", type=click.IntRange(min=1), default=3, show_default=True, help="Keep passages with at least this many.")
+@click.option("--negatives", type=click.IntRange(min=0), default=1, show_default=True, help="Negative questions per flipped row.")
 @click.option("--memory-limit", default="1GB", show_default=True, help="DuckDB memory for the grouping.")
 @click.pass_context
 def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, seed: int, min_questions: int,
@@ -78,7 +78,7 @@ def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, se
 @click.option("--split", required=True, help="The training split, e.g. train (it stays as it was).")
 @click.option("--fraction", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
               show_default=True, help="Share of the questions held out; the rest are trained on.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Which questions are held out (with their ids).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Which questions are held out (with their ids).")
 @click.option("--fit-split", default=None, help="Name of the split trained on (default: SPLIT-fit).")
 @click.option("--tune-split", default=None, help="Name of the held-out split (default: SPLIT-tune).")
 @click.pass_context

@@ -15,6 +15,7 @@ from prefect import flow
 from ...pipelines.evaluation.metrics import DEFAULT_KS, compare_runs
 from ...storage import Workspace
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne, Share
 from ..stages.evaluate import recall_plot, score_run
 
 
@@ -28,7 +29,7 @@ class CompareReport(Report):
 
 
 @flow(name="compare")
-def compare_flow(runs: list[str], ks: list[int] | None = None, match: str = "auto", alpha: float = 0.05,
+def compare_flow(runs: list[str], ks: list[AtLeastOne] | None = None, match: str = "auto", alpha: Share = 0.05,
                  workspace: str | None = None) -> CompareReport:  # fmt: skip
     """Paired two-sided t-tests (Bonferroni-corrected) between runs on the splits they share."""
     if len(runs) < 2 or len(set(runs)) != len(runs):

@@ -48,6 +48,7 @@ from ...storage.choices import IndexType, TrainingMode
 from ...storage.experiments import experiment_model, experiment_plot, experiment_stage
 from ...storage.fingerprint import fingerprint
 from ..plumbing.artifacts import publish_table
+from ..plumbing.bounds import AtLeastOne, Share
 from .compare import compare_flow
 from .recipe import RecipeReport, train_rounds_flow
 
@@ -162,9 +163,9 @@ def dual_encoders_experiment_flow(
     archs: list[str] | None = None,
     reference: CheckpointArch = "sde",
     name: str = "dual-encoders",
-    rounds: int = 1,
-    ks: list[int] | None = None,
-    alpha: float = 0.05,
+    rounds: AtLeastOne = 1,
+    ks: list[AtLeastOne] | None = None,
+    alpha: Share = 0.05,
     workspace: str | None = None,
 ) -> ExperimentReport:
     """The dual-encoder paper's comparison: each of ARCHS (default SDE, ADE, ADE-STE, ADE-FTE,
@@ -209,12 +210,12 @@ def taser_experiment_flow(
     evaluate: list[str],
     budget: Budget,
     name: str = "taser",
-    rounds: int = 2,
+    rounds: AtLeastOne = 2,
     routing: Routing = "det",
-    holdout: float = 0.1,
+    holdout: Share = 0.1,
     hybrid: bool = True,
-    ks: list[int] | None = None,
-    alpha: float = 0.05,
+    ks: list[AtLeastOne] | None = None,
+    alpha: Share = 0.05,
     workspace: str | None = None,
 ) -> ExperimentReport:
     """The TASER paper's comparison: TASER and DPR trained by the same recipe (ROUNDS rounds of

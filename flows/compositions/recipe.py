@@ -28,10 +28,11 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
 import pyarrow as pa
 from prefect import flow, task
+from pydantic import Field
 
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings, TrainSettings
@@ -59,6 +60,7 @@ from ...storage.metrics import overall_metrics
 from ...storage.model_registry import model_identity, model_is_registered, resolve_model
 from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.schemas import SCHEMAS
+from ..plumbing.bounds import AtLeastOne, BM25Negatives
 from ..plumbing.console import tell
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import current_fingerprint
@@ -379,17 +381,17 @@ def train_rounds_flow(
     train: list[str],
     model_id: str,
     evaluate: list[str],
-    rounds: int = 2,
+    rounds: AtLeastOne = 2,
     mode: TrainingMode = "single-set",
-    bm25_negatives: int = 1,
-    mine_depth: int = 100,
-    mine_count: int = 30,
-    holdout: float = 0.1,
+    bm25_negatives: BM25Negatives = 1,
+    mine_depth: AtLeastOne = 100,
+    mine_count: AtLeastOne = 30,
+    holdout: Annotated[float, Field(ge=0, lt=1)] = 0.1,
     hybrid: bool = True,
     bm25: bool = True,
-    tune_k: int = 20,
-    ks: list[int] | None = None,
-    k: int = 100,
+    tune_k: AtLeastOne = 20,
+    ks: list[AtLeastOne] | None = None,
+    k: AtLeastOne = 100,
     index_type: IndexType = "flat",
     workspace: str | None = None,
 ) -> RecipeReport:

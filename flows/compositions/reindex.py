@@ -51,6 +51,7 @@ from ...storage.releases import (
 )
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_table
+from ..plumbing.bounds import AtLeastOne, NotNegative, Positive
 from ..plumbing.publish import publish_indexes
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs, stage_logger
@@ -175,14 +176,14 @@ def reindex_flow(
     dense: bool = True,
     drop_bm25: bool = False,
     drop_models: list[str] | None = None,
-    wait_seconds: float = 0.0,
-    keep: int = 3,
-    threads: int | None = None,
-    batch_size: int = 64,
-    shard_size: int = 50_000,
+    wait_seconds: NotNegative = 0.0,
+    keep: AtLeastOne = 3,
+    threads: AtLeastOne | None = None,
+    batch_size: AtLeastOne = 64,
+    shard_size: AtLeastOne = 50_000,
     runner: RunnerSettings | None = None,
-    memory_gb: float | None = None,
-    settle_seconds: float = SETTLE_SECONDS,
+    memory_gb: Positive | None = None,
+    settle_seconds: NotNegative = SETTLE_SECONDS,
 ) -> ReindexReport:
     """Ingest a new dump or passages file, rebuild the retrievers that serve beside them, publish.
 

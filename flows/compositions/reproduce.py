@@ -57,6 +57,7 @@ from ...storage.reproduction import (
 )
 from ...storage.schemas import SCHEMAS
 from ...storage.setups import Setup, load_setup
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.console import tell
 from ..stages.bm25 import bm25_index_flow
 from ..stages.categories import label_domains_flow
@@ -246,8 +247,8 @@ def reproduce_flow(
     setup: SetupName,
     registry: str | None = None,
     mirror: str | None = None,
-    max_steps: int | None = None,
-    limit: int | None = None,
+    max_steps: AtLeastOne | None = None,
+    limit: AtLeastOne | None = None,
     base: str | None = None,
     workspace: str | None = None,
 ) -> ReproduceReport:

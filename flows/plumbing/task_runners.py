@@ -70,7 +70,7 @@ class RunnerSettings(BaseModel):
     """Where data-parallel stages run (a form in the Prefect UI of every flow that maps work)."""
 
     kind: RunnerKind = Field(default="threads", description="threads, processes or dask")
-    workers: int | None = Field(default=None, description="Workers of a local runner (default: CPU count)")
+    workers: int | None = Field(default=None, ge=1, description="Workers of a local runner (default: CPU count)")
     dask_address: str | None = Field(
         default=None, description="Dask scheduler address, e.g. tcp://host:8786 (default: $ODQA_DASK_ADDRESS)"
     )

@@ -21,6 +21,7 @@ from ...storage.locks import writer_lock
 from ...storage.passages import passage_records, require_passages
 from ...storage.releases import ServingChange
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.publish import publish_indexes
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
@@ -93,7 +94,7 @@ def build_bm25(ws: Workspace, threads: int | None = None) -> Bm25IndexReport:
 
 
 @flow(name="bm25-index")
-def bm25_index_flow(workspace: str | None = None, threads: int | None = None) -> Bm25IndexReport:
+def bm25_index_flow(workspace: str | None = None, threads: AtLeastOne | None = None) -> Bm25IndexReport:
     """Build the Lucene BM25 index of the passages table (title + text), unless it is current,
     and publish it (with the dense indexes of the same passages) to running searchers.
 

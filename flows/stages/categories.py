@@ -37,6 +37,7 @@ from ...storage.articles import content_titles
 from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.questions import positives_fingerprint
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
@@ -283,7 +284,7 @@ def _config_from_dict(data: dict[str, Any]) -> DomainConfig:
 def label_domains_flow(
     workspace: str | None = None,
     domains_file: str | None = None,
-    max_depth: int | None = None,
+    max_depth: AtLeastOne | None = None,
 ) -> LabelDomainsReport:
     """Label articles and questions with DESIRE-ME domains from the category graph.
 

@@ -35,6 +35,7 @@ from ...storage.questions import EVALUATION_COLUMNS, load_questions, questions_w
 from ...storage.reports import Report
 from ...storage.runs import evaluation_source, read_run, run_record_stage
 from ..plumbing.artifacts import publish_evaluation
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 
@@ -139,7 +140,7 @@ def evaluate_stage(run: str) -> str:
 
 
 @flow(name="evaluate")
-def evaluate_flow(run: str, ks: list[int] | None = None, match: AnswerMatch = "auto",
+def evaluate_flow(run: str, ks: list[AtLeastOne] | None = None, match: AnswerMatch = "auto",
                   workspace: str | None = None) -> EvaluateReport:  # fmt: skip
     """Evaluate RUN: answer-based R@K (micro, per relation, macro) and qrels metrics into `metrics`.
 

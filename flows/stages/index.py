@@ -32,6 +32,7 @@ from ...storage.choices import INDEX_TYPES, IndexType, Precision
 from ...storage.model_registry import ModelRef, resolve_model
 from ...storage.releases import ServingChange
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne, HnswLinks, Positive
 from ..plumbing.console import tell
 from ..plumbing.publish import publish_indexes
 from ..plumbing.report_text import log_report
@@ -99,14 +100,14 @@ def index_build_flow(
     model: str,
     index_type: IndexType = "flat",
     workspace: str | None = None,
-    hnsw_m: int | None = None,
-    nlist: int | None = None,
-    pq_m: int | None = None,
-    shards_per_part: int | None = None,
-    batch_size: int = 128,
+    hnsw_m: HnswLinks | None = None,
+    nlist: AtLeastOne | None = None,
+    pq_m: AtLeastOne | None = None,
+    shards_per_part: AtLeastOne | None = None,
+    batch_size: AtLeastOne = 128,
     precision: Precision = "auto",
     runner: RunnerSettings | None = None,
-    memory_gb: float | None = None,
+    memory_gb: Positive | None = None,
 ) -> IndexBuildReport:
     """Build a FAISS index of the model's passage embeddings (encoding them first if needed, on
     the runner if one is given: see `encode_flow`) and publish it to running searchers, beside

@@ -32,6 +32,7 @@ from ...storage.model_registry import ModelRef
 from ...storage.passages import passage_texts
 from ...storage.questions import load_questions, questions_fingerprint, set_hard_negatives
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
@@ -103,12 +104,12 @@ def mine_flow(
     dataset: str,
     split: str,
     mode: TrainingMode = "single-set",
-    depth: int = 100,
-    count: int = 30,
+    depth: AtLeastOne = 100,
+    count: AtLeastOne = 30,
     index_type: IndexType = "flat",
     workspace: str | None = None,
     runner: RunnerSettings | None = None,
-    question_batch: int = 4 * QUESTION_CHUNK,
+    question_batch: AtLeastOne = 4 * QUESTION_CHUNK,
 ) -> MineReport:
     """Mine P2 with MODEL and set the split's hard_negative_ids to P1 u P2 (single-set) or P2
     (multi-set); see the module doc.

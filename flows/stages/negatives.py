@@ -30,6 +30,7 @@ from ...storage.index_layout import IndexLayout
 from ...storage.passages import passage_texts
 from ...storage.questions import load_questions, questions_fingerprint, set_hard_negatives
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne, BM25Negatives, NotNegative, UnitInterval
 from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 
@@ -60,11 +61,11 @@ def negatives_stage(dataset: str, split: str) -> str:
 def bm25_negatives_flow(
     dataset: str,
     split: str,
-    count: int = 1,
-    depth: int = 100,
-    k1: float = DEFAULT_K1,
-    b: float = DEFAULT_B,
-    threads: int | None = None,
+    count: BM25Negatives = 1,
+    depth: AtLeastOne = 100,
+    k1: NotNegative = DEFAULT_K1,
+    b: UnitInterval = DEFAULT_B,
+    threads: AtLeastOne | None = None,
     workspace: str | None = None,
 ) -> Bm25NegativesReport:
     """DPR's BM25 hard negatives: per question, the `count` best BM25 passages (of the top

@@ -24,6 +24,7 @@ from ...storage.passages import PASSAGE_COLUMNS, duplicate_passage_ids
 from ...storage.reports import Report
 from ...storage.tables import Transaction, entries_after
 from ...storage.write_targets import check_file_target, export_file
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 
@@ -174,7 +175,7 @@ def held_rows(ws: Workspace, fmt: str, source_path: Path) -> int:
 
 @flow(name="import-passages")
 def import_passages_flow(fmt: PassageFormat, path: str, workspace: str | None = None, replace: bool = False,
-                         on_duplicate: OnDuplicate = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+                         on_duplicate: OnDuplicate = "refuse", max_record_bytes: AtLeastOne = MAX_RECORD_BYTES,
                          quoting: Quoting = "csv") -> ImportPassagesReport:  # fmt: skip
     """Import a passage corpus (`dpr-tsv` or `beir`) into the passages table.
 

@@ -7,10 +7,12 @@ topped up with random passages. Do the two towers of a model map into one space?
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pyarrow as pa
 from prefect import flow
+from pydantic import Field
 
 from ...models.searchers import loaded_model
 from ...pipelines.dense.tsne_plot import plot_towers, project_towers
@@ -19,6 +21,7 @@ from ...storage.model_registry import resolve_model
 from ...storage.passages import passages_with_ids, random_passages
 from ...storage.questions import questions_of_splits
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastZero
 
 
 @dataclass
@@ -35,8 +38,8 @@ def plot_embeddings_flow(
     model: str,
     dataset: str | None = None,
     split: str | None = None,
-    samples: int = 500,
-    seed: int = 0,
+    samples: Annotated[int, Field(ge=5)] = 500,
+    seed: AtLeastZero = 0,
     workspace: str | None = None,
 ) -> PlotEmbeddingsReport:
     """t-SNE of question vs passage embeddings as a PNG in plots/ (see the module doc)."""

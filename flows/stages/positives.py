@@ -13,9 +13,11 @@ same questions, passages, retriever and parameters again is a no-op.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import pyarrow as pa
 from prefect import flow
+from pydantic import Field
 
 from ...models.searchers import RetrieverChoice, open_searcher
 from ...pipelines.evaluation.answers import AnswerMatcher, match_mode
@@ -33,6 +35,7 @@ from ...storage.fingerprint import fingerprint
 from ...storage.passages import passage_texts, passages_with_ids
 from ...storage.questions import load_questions, set_derived_positives
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
@@ -80,10 +83,10 @@ def derive_positives_flow(
     split: str,
     retriever: PositivesRetriever = "bm25",
     model: str | None = None,
-    depth: int = DPR_DEPTH,
-    count: int = DPR_COUNT,
+    depth: AtLeastOne = DPR_DEPTH,
+    count: Annotated[int, Field(ge=1, le=MAX_DERIVED_POSITIVES)] = DPR_COUNT,
     index_type: IndexType = "flat",
-    threads: int | None = None,
+    threads: AtLeastOne | None = None,
     workspace: str | None = None,
 ) -> PositivesReport:
     """Positives by distant supervision (DPR's rule for TriviaQA, WebQuestions, CuratedTREC): for

@@ -72,6 +72,7 @@ from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import passage_files
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne, AtLeastZero, NotNegative, Positive
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
@@ -196,19 +197,19 @@ def trex_questions_flow(
     trex: str | None = None,
     triples: str | None = None,
     relations: list[str] | None = None,
-    sample_per_relation: int | None = None,
-    seed: int = 0,
+    sample_per_relation: AtLeastOne | None = None,
+    seed: AtLeastZero = 0,
     splits: TrexSplits = "thesis",
     split: str | None = None,
-    size_per_relation: int | None = 10_000,
-    analysis_per_relation: int = 300,
-    page_size: int = 1000,
-    sparql_retries: int = 5,
-    sparql_backoff: float = 1.0,
-    sparql_timeout: float = 120.0,
+    size_per_relation: AtLeastOne | None = 10_000,
+    analysis_per_relation: AtLeastZero = 300,
+    page_size: AtLeastOne = 1000,
+    sparql_retries: AtLeastZero = 5,
+    sparql_backoff: NotNegative = 1.0,
+    sparql_timeout: Positive = 120.0,
     user_agent: str = DEFAULT_USER_AGENT,
-    task_retries: int = 2,
-    task_retry_delay: float = 30.0,
+    task_retries: AtLeastZero = 2,
+    task_retry_delay: NotNegative = 30.0,
     workspace: str | None = None,
 ) -> TrexQuestionsReport:
     """Template questions from Wikidata facts (SPARQL, T-REx or JSON Lines) into `questions`.
@@ -323,10 +324,10 @@ def trex_questions_flow(
 def paq_questions_flow(
     path: str,
     dataset: str = "paq",
-    passages: int = 100_000,
-    seed: int = 0,
-    min_questions: int = 3,
-    negatives: int = 1,
+    passages: AtLeastOne = 100_000,
+    seed: AtLeastZero = 0,
+    min_questions: AtLeastOne = 3,
+    negatives: AtLeastZero = 1,
     memory_limit: str = "1GB",
     workspace: str | None = None,
 ) -> PaqQuestionsReport:
@@ -408,7 +409,7 @@ def _refuse_duplicate_questions(ws: Workspace, staged: list[Path], source: str, 
 @flow(name="import-questions")
 def import_questions_flow(
     fmt: QuestionFormat, path: str, dataset: str, split: str, memory_limit: str = "1GB", workspace: str | None = None,
-    replace: bool = False, on_duplicate: OnDuplicate = "refuse", max_record_bytes: int = MAX_RECORD_BYTES,
+    replace: bool = False, on_duplicate: OnDuplicate = "refuse", max_record_bytes: AtLeastOne = MAX_RECORD_BYTES,
     quoting: Quoting = "csv",
 ) -> ImportQuestionsReport:  # fmt: skip
     """Import a standard QA dataset file into `questions` (and `passages` / `qrels`).

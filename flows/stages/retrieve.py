@@ -39,6 +39,7 @@ from ...storage.runs import (
     with_run_name,
 )
 from ...storage.write_targets import check_file_target, export_file
+from ..plumbing.bounds import AtLeastOne, NotNegative, UnitInterval
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs
 from ..plumbing.skip_unchanged import finished_report
@@ -177,14 +178,14 @@ def retrieve_flow(
     split: str,
     run: str,
     retriever: RetrieverKind = "bm25",
-    k: int = 100,
+    k: AtLeastOne = 100,
     model: str | None = None,
-    alpha: float | None = None,
+    alpha: NotNegative | None = None,
     index_type: IndexType = "flat",
-    depth: int = DEFAULT_DEPTH,
-    k1: float = DEFAULT_K1,
-    b: float = DEFAULT_B,
-    threads: int | None = None,
+    depth: AtLeastOne = DEFAULT_DEPTH,
+    k1: NotNegative = DEFAULT_K1,
+    b: UnitInterval = DEFAULT_B,
+    threads: AtLeastOne | None = None,
     trec: str | None = None,
     force: bool = False,
     workspace: str | None = None,

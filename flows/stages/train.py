@@ -64,6 +64,7 @@ from ...storage.passages import passages_with_ids
 from ...storage.questions import load_questions
 from ...storage.reports import Report
 from ..plumbing.artifacts import publish_training
+from ..plumbing.bounds import AtLeastOne, AtLeastZero
 from ..plumbing.concurrency_slots import gpu_slot
 from ..plumbing.console import tell
 from ..plumbing.report_text import log_report
@@ -297,9 +298,9 @@ def train_flow(
     dev: str | None = None,
     resume: ResumeMode = "auto",
     workspace: str | None = None,
-    gpus: int = 1,
-    nodes: int = 1,
-    node_rank: int = 0,
+    gpus: AtLeastOne = 1,
+    nodes: AtLeastOne = 1,
+    node_rank: AtLeastZero = 0,
     rdzv_endpoint: str | None = None,
 ) -> TrainReport:
     """Train a retriever (RETRIEVER: arch, base, layout) on TRAIN sets (NAME:SPLIT[:WEIGHT]) as

@@ -30,6 +30,7 @@ from ...storage.passages import passage_texts
 from ...storage.questions import load_questions, questions_fingerprint
 from ...storage.releases import current_release
 from ...storage.reports import Report
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.publish import publish_indexes
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import flow_run_logs
@@ -80,8 +81,8 @@ def tune_hybrid_stage(model_key: str) -> str:
 def tune_hybrid_flow(
     model: str,
     dev: list[str],
-    k: int = 20,
-    depth: int = 100,
+    k: AtLeastOne = 20,
+    depth: AtLeastOne = 100,
     index_type: IndexType = "flat",
     workspace: str | None = None,
 ) -> TuneHybridReport:

@@ -40,6 +40,7 @@ from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.ingest_state import forget_page_hashes, page_hashes_file, page_hashes_meta, record_page_hashes
 from ...storage.reports import Report
 from ...storage.tables import Transaction, table_dataset
+from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 from ..plumbing.task_runners import RunnerSettings, mapping_runner
@@ -201,10 +202,10 @@ def ingest_chunks_flow(
 def ingest_wikipedia_flow(
     dump: str,
     workspace: str | None = None,
-    words_per_passage: int = 100,
+    words_per_passage: AtLeastOne = 100,
     keep_lists: bool = True,
-    workers: int = 2,
-    chunk_pages: int = 1000,
+    workers: AtLeastOne = 2,
+    chunk_pages: AtLeastOne = 1000,
     runner: RunnerSettings | None = None,
 ) -> IngestReport:
     """Ingest a MediaWiki XML export (.xml / .xml.bz2, multistream too) into the workspace.

@@ -207,5 +207,8 @@ def test_deploy_all_then_run_a_deployment_to_completion(tmp_path: Path, monkeypa
                                   timeout=420, poll_interval=3)
         logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in (tmp_path / "logs").glob("*.log"))
         assert flow_run.state is not None and flow_run.state.is_completed(), (flow_run.state, logs)
+        # the form's bounds (flows.plumbing.bounds) are the server's: no run is made of keep: 0
+        with pytest.raises(Exception, match="0 is less than the minimum of 1"):
+            run_deployment("reindex/reindex", parameters={"workspace": str(ws), "keep": 0}, timeout=0)
         _assert_weekly_reindex(*asyncio.run(_reindex_schedule(timeout=90)))
     assert Workspace.resolve(ws).rows("passages") == 150
