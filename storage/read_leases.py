@@ -78,10 +78,12 @@ def process_start(pid: int) -> str | None:
 
 
 def _reader_alive(record: dict, refreshed: float) -> bool:
+    if not record:
+        return False
     if record.get("host") != socket.gethostname():
         return time.time() - refreshed < STALE_S
     pid = record.get("pid")
-    if not isinstance(pid, int):
+    if not isinstance(pid, int) or isinstance(pid, bool):
         return False
     if not Path("/proc/self/stat").exists():  # no /proc (not Linux): the pid alone
         return process_alive(pid)
@@ -94,18 +96,31 @@ def leased_paths(root: Path) -> set[str]:
     folder = leases_dir(root)
     keep: set[str] = set()
     for path in folder.glob("*.json") if folder.is_dir() else ():
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            refreshed = path.stat().st_mtime
-        except FileNotFoundError:  # its reader finished meanwhile
+        record, refreshed = _read_lease(path)
+        if record is None:
             continue
-        except (OSError, json.JSONDecodeError):  # lease writes are atomic: a hand edit or a disk fault
-            record, refreshed = {}, 0.0
-        if isinstance(record, dict) and _reader_alive(record, refreshed):
-            keep.update(str(p) for p in record.get("paths", []))
-        else:
-            path.unlink(missing_ok=True)
+        if _reader_alive(record, refreshed):
+            keep.update(record["paths"])
+        elif path.is_symlink() or path.is_file():  # (a folder of that name is no lease odqa wrote)
+            with contextlib.suppress(OSError):
+                path.unlink()
     return keep
+
+
+def _read_lease(path: Path) -> tuple[dict | None, float]:
+    """A lease file's record and when it was last refreshed; a record of a dead reader's (it is
+    dropped) where the file is no lease as odqa writes it (a hand edit, a disk fault: writes are
+    atomic); None once it is gone (its reader finished meanwhile)."""
+    try:
+        record, refreshed = json.loads(path.read_text(encoding="utf-8")), path.stat().st_mtime
+    except FileNotFoundError:
+        return None, 0.0
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}, 0.0
+    paths = record.get("paths") if isinstance(record, dict) else None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        return {}, 0.0
+    return record, refreshed
 
 
 def live_leases(root: Path) -> list[dict]:
@@ -113,11 +128,8 @@ def live_leases(root: Path) -> list[dict]:
     folder = leases_dir(root)
     found = []
     for path in folder.glob("*.json") if folder.is_dir() else ():
-        try:
-            record, refreshed = json.loads(path.read_text(encoding="utf-8")), path.stat().st_mtime
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(record, dict) and _reader_alive(record, refreshed):
+        record, refreshed = _read_lease(path)
+        if record and _reader_alive(record, refreshed):
             found.append(record)
     return sorted(found, key=lambda r: r.get("since", 0))
 

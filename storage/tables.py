@@ -47,6 +47,7 @@ from .table_pins import pinned_paths
 
 STAGING_DIR = "staging"
 KEEP_SNAPSHOTS = 3
+LEASES_WAIT_S = 30.0  # how long a commit's collection waits for the read leases' lock, then skips
 ROWS_PER_PART = 250_000
 
 Rows = pa.Table | pa.RecordBatch | list[dict[str, Any]]
@@ -351,13 +352,16 @@ def _collect_garbage(root: Path) -> None:
         for entries in snap.tables.values():
             keep.update(e.path for e in entries)
     tables_dir = root / TABLES_DIR
-    with leases_locked(root):
-        keep |= leased_paths(root)
-        for path in tables_dir.glob("*/*.parquet"):
-            if path.parent.name == EMPTY_DIR:
-                continue
-            if str(path.relative_to(root)) not in keep:
-                path.unlink(missing_ok=True)
+    try:
+        with leases_locked(root, timeout_s=LEASES_WAIT_S):
+            keep |= leased_paths(root)
+            for path in tables_dir.glob("*/*.parquet"):
+                if path.parent.name == EMPTY_DIR:
+                    continue
+                if str(path.relative_to(root)) not in keep:
+                    path.unlink(missing_ok=True)
+    except TimeoutError:  # a reader stopped (Ctrl-Z) while it wrote its lease: collect next time
+        return
     prune_history(root, keep=HISTORY_KEEP)
 
 

@@ -167,3 +167,48 @@ def test_a_snapshot_whose_files_are_gone_says_so(workspace: Workspace) -> None:
         _replace(workspace, [f"r{round_}"])
     with pytest.raises(TableVersionGone, match=f"of snapshot {snapshot.version} are gone"):
         next(workspace.scan("passages", snapshot=snapshot))
+
+
+def test_junk_in_the_leases_folder_neither_breaks_a_commit_nor_keeps_files(workspace: Workspace) -> None:
+    _replace(workspace, ["a"])
+    held = _files(workspace)
+    folder = leases_dir(workspace.root)
+    (folder / "folder.json").mkdir()
+    (folder / "broken.json").write_text("{not json")
+    (folder / "paths-not-a-list.json").write_text(json.dumps({"host": "elsewhere", "pid": 1, "paths": 7}))
+    (folder / "binary.json").write_bytes(b"\xff\xfe\x00")
+    for round_ in range(4):
+        _replace(workspace, [f"r{round_}"])
+    assert not held & _files(workspace)
+    assert sorted(p.name for p in folder.glob("*.json")) == ["folder.json"]  # a folder is left for its maker
+
+
+def test_a_commit_skips_its_collection_while_a_stopped_reader_holds_the_lease_lock(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from odqa.storage import tables
+
+    monkeypatch.setattr(tables, "LEASES_WAIT_S", 0.5)
+    _replace(workspace, ["a"])
+    held = _files(workspace)
+    script = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from odqa.storage.read_leases import leases_locked
+        with leases_locked(Path({str(workspace.root)!r})):
+            print("locked", flush=True)
+            time.sleep(600)
+        """
+    )
+    stopped = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert stopped.stdout is not None and stopped.stdout.readline().strip() == "locked"
+        for round_ in range(4):
+            _replace(workspace, [f"r{round_}"])  # committed, the garbage left for later
+        assert workspace.read_table("passages").column("passage_id").to_pylist() == ["r3"]
+        assert held <= _files(workspace)
+    finally:
+        stopped.kill()
+        stopped.wait()
+    _replace(workspace, ["after"])
+    assert not held & _files(workspace)
