@@ -80,14 +80,16 @@ class ReindexReport(Report):
     hidden: ClassVar[tuple[str, ...]] = ("ingested",)
 
 
-def _build(ws: Workspace, plan: ReindexPlan, figures: dict[str, Any], index_type: IndexType, batch_size: int,
-           shard_size: int, runner: RunnerSettings | None, memory_gb: float | None, threads: int | None) -> None:  # fmt: skip
-    """Rebuild the retrievers of `plan` over the current passages, adding their figures."""
+def _build(ws: Workspace, plan: ReindexPlan, version: str, figures: dict[str, Any], index_type: IndexType,
+           batch_size: int, shard_size: int, runner: RunnerSettings | None, memory_gb: float | None,
+           threads: int | None) -> None:  # fmt: skip
+    """Rebuild the retrievers of `plan` over passages `version` (what imports commit meanwhile
+    waits for the next re-index), adding their figures."""
     if plan.bm25:
-        built = build_bm25(ws, threads)
+        built = build_bm25(ws, threads, version)
         figures.update({"bm25_documents": built.documents, "bm25_seconds": built.build_seconds})
     for number, ref in enumerate(plan.models):
-        made = _dense_figures(ws, ref, index_type, batch_size, shard_size, runner, memory_gb)
+        made = _dense_figures(ws, ref, version, index_type, batch_size, shard_size, runner, memory_gb)
         # the default model's figures as they are; another model's under its index key
         figures.update(made if number == 0 else {f"{ref.passage_key}:{k}": v for k, v in made.items()})
 
@@ -111,12 +113,13 @@ def _ingest_watched(ws: Workspace, watch: str | None, passages_format: str, sett
     return ingest_together(ws, incoming, wait_s)
 
 
-def _dense_figures(ws: Workspace, ref: ModelRef, index_type: IndexType, batch_size: int, shard_size: int,
-                   runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
-    """Encode with one model (reusing unchanged vectors) and build its index; their figures."""
-    encoded = encode(ws, ref, shard_size, batch_size, "float32", "auto", runner)
+def _dense_figures(ws: Workspace, ref: ModelRef, version: str, index_type: IndexType, batch_size: int,
+                   shard_size: int, runner: RunnerSettings | None, memory_gb: float | None) -> dict[str, Any]:  # fmt: skip
+    """Encode passages `version` with one model (reusing unchanged vectors) and build its index;
+    their figures."""
+    encoded = encode(ws, ref, shard_size, batch_size, "float32", "auto", runner, version)
     started = time.perf_counter()
-    built = index_task(str(ws.root), ref, index_type, asdict(index_params(index_type)), memory_gb)
+    built = index_task(str(ws.root), ref, index_type, asdict(index_params(index_type)), memory_gb, version)
     return {"encoded_passages": encoded.passages, "reencoded_passages": encoded.encoded_now,
             "reused_passages": encoded.reused, "removed_passages": encoded.removed,
             "encode_seconds": encoded.seconds,
@@ -255,7 +258,7 @@ def reindex_flow(
                 published = Publication(serving, False, serving.release if serving else None, [], [],
                                         held=hold.describe())  # fmt: skip
             else:
-                _build(ws, plan, figures, index_type, batch_size, shard_size, runner, memory_gb, threads)
+                _build(ws, plan, version, figures, index_type, batch_size, shard_size, runner, memory_gb, threads)
                 published = publish_indexes(ws, version, change=plan.change, figures=figures, keep=keep)
         if published.withheld:
             raise ReindexRefused(f"the re-index built passages {version} but did not publish them: since it started, "

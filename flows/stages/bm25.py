@@ -77,10 +77,11 @@ def current_bm25(ws: Workspace, passages_version: str) -> Bm25IndexReport | None
                            build_seconds=info.build_seconds)  # fmt: skip
 
 
-def build_bm25(ws: Workspace, threads: int | None = None) -> Bm25IndexReport:
-    """The BM25 index of the current passages, built unless it exists (not published)."""
+def build_bm25(ws: Workspace, threads: int | None = None, passages_version: str | None = None) -> Bm25IndexReport:
+    """The BM25 index of `passages_version` (default: the current passages), built unless it
+    exists (not published)."""
     java_preflight_task()
-    version = require_passages(ws)
+    version = passages_version or require_passages(ws)
     # A second build of the same index waits for the first (saying so), then finds it current.
     with writer_lock(ws.root, f"index:bm25:{version}", f"the BM25 index of passages {version}", wait_s=BUILD_WAIT_S):
         report = current_bm25(ws, version)

@@ -60,7 +60,7 @@ from ...pipelines.dense.sharded_encoding import (
     written_shard,
 )
 from ...storage import Workspace
-from ...storage.index_layout import IndexLayout
+from ...storage.index_layout import DenseBuild, IndexLayout
 from ...storage.model_registry import ModelRef, resolve_model
 from ...storage.passage_tokens import PassageTokenStore
 from ...storage.passages import PASSAGE_COLUMNS, passages_in_range, require_passages
@@ -109,9 +109,8 @@ def remember_model(ws: Workspace, ref: ModelRef) -> None:
     IndexLayout.of(ws).record_model(ref.passage_key, ref.passage_name, ref.passage_path)
 
 
-def _previous_vectors(ws: Workspace, ref: ModelRef, wanted) -> VectorReuse | None:
+def _previous_vectors(ws: Workspace, ref: ModelRef, wanted, build: DenseBuild) -> VectorReuse | None:
     """The newest earlier encoding by the same model whose vectors can stand in for unchanged passages."""
-    build = dense_build(ws, ref)
     for earlier in IndexLayout.of(ws).other_embeddings(ref.passage_key, build.passages_version):
         reuse = VectorReuse.open(earlier, wanted)
         if reuse is not None:
@@ -119,12 +118,12 @@ def _previous_vectors(ws: Workspace, ref: ModelRef, wanted) -> VectorReuse | Non
     return None
 
 
-def stored_dtype(ws: Workspace, ref: ModelRef, dtype: str | None) -> str:
+def stored_dtype(ws: Workspace, ref: ModelRef, dtype: str | None, passages_version: str | None = None) -> str:
     """The stored vector type to encode with: the given one, else the one the model's current
     embeddings have (a build that needs embeddings takes them as they are), else float32."""
     if dtype is not None:
         return dtype
-    existing = read_manifest(dense_build(ws, ref).embeddings)
+    existing = read_manifest(dense_build(ws, ref, passages_version).embeddings)
     return existing.dtype if existing is not None else "float32"
 
 
@@ -143,13 +142,14 @@ def _tell_restart(reason: str | None) -> None:
 
 @task(name="dense-encode")
 def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int, dtype: str,
-                precision: str) -> EncodeReport:  # fmt: skip
+                precision: str, passages_version: str | None = None) -> EncodeReport:  # fmt: skip
     """Encode in this process (one worker process per GPU when there are several), holding one of
     this machine's `gpu` slots for the encoding loop only: embeddings that are complete for this
-    model and these passages are a no-op found before, whoever holds the slots."""
+    model and these passages (`passages_version`, default the current ones) are a no-op found
+    before, whoever holds the slots."""
     ws = Workspace.resolve(workspace)
     remember_model(ws, ref)
-    build = dense_build(ws, ref)
+    build = dense_build(ws, ref, passages_version)
     retriever = loaded_model(ref.passage_path).model
     devices = default_devices()
     wanted = wanted_manifest(retriever, build.passages_version, shard_size, batch_size, dtype, precision,  # type: ignore[arg-type]
@@ -163,7 +163,7 @@ def encode_task(workspace: str, ref: ModelRef, shard_size: int, batch_size: int,
     # (imports torch: only a run that encodes pays for it)
     from ...models.retriever import load_retriever
 
-    reuse = _previous_vectors(ws, ref, wanted)
+    reuse = _previous_vectors(ws, ref, wanted, build)
     # the vectors and their keys from this very passages version, its files kept meanwhile
     with ws.reading_version("passages", build.passages_version, what=f"encode {ref.name}") as snapshot:
         with gpu_slot(f"encode {ref.name}", ws.root):
@@ -264,8 +264,10 @@ def encode_mapped_flow(
     precision: str = "auto",
     threads: int | None = None,
     runner: RunnerSettings | None = None,
+    passages_version: str | None = None,
 ) -> EncodeReport:
-    """Encode the passages with one task per pending shard on this flow's task runner; the same
+    """Encode the passages (`passages_version`, default the current ones) with one task per
+    pending shard on this flow's task runner; the same
     embeddings directory (manifest, shards, keys) as the in-process path writes, every passage
     encoded (no reuse of earlier vectors on this path). The manifest on the shared storage is
     written before any task starts and after every finished shard, so a lost worker or a killed
@@ -274,11 +276,11 @@ def encode_mapped_flow(
     ws = Workspace.resolve(workspace)
     ref = resolve_model(ws, model)
     remember_model(ws, ref)
-    version = require_passages(ws)
+    version = passages_version or require_passages(ws)
     # the one passages version every task reads (and the keys are written from), kept meanwhile
     with ws.reading_version("passages", version, what=f"encode {model} on a task runner") as snapshot:
         files = [asdict(entry) for entry in snapshot.files("passages")]
-        out = dense_build(ws, ref).embeddings
+        out = dense_build(ws, ref, version).embeddings
         loaded = loaded_model(ref.passage_path)  # for what the manifest records about the model
         wanted = wanted_manifest(loaded.model, version, shard_size, batch_size, dtype,  # type: ignore[arg-type]
                                  precision, default_devices())  # type: ignore[arg-type]  # fmt: skip
@@ -345,18 +347,20 @@ def encode_on_runner(runner: RunnerSettings, **params: Any) -> EncodeReport:
 
 
 def encode(ws: Workspace, ref: ModelRef, shard_size: int = DEFAULT_SHARD_SIZE, batch_size: int = 128,
-           dtype: str | None = "float32", precision: str = "auto",
-           runner: RunnerSettings | None = None) -> EncodeReport:  # fmt: skip
+           dtype: str | None = "float32", precision: str = "auto", runner: RunnerSettings | None = None,
+           passages_version: str | None = None) -> EncodeReport:  # fmt: skip
     """Encode in process (`encode_task`) or, given a runner (or `$ODQA_DASK_ADDRESS`), one mapped
     task per shard on it (`encode_mapped_flow`); the same embeddings either way. Existing
-    embeddings of the model and passages keep their shard size; ``dtype`` None keeps their type."""
-    dtype = stored_dtype(ws, ref, dtype)
+    embeddings of the model and passages keep their shard size; ``dtype`` None keeps their type.
+    `passages_version` (default: the current one) is the version encoded."""
+    dtype = stored_dtype(ws, ref, dtype, passages_version)
     runner = mapping_runner(runner)
     if runner is None:
-        return encode_task(str(ws.root), ref, shard_size, batch_size, dtype, precision)
+        return encode_task(str(ws.root), ref, shard_size, batch_size, dtype, precision, passages_version)
     # A flow's parameters are what its UI shows: the mapped flow gets the model's name and resolves it.
     return encode_on_runner(runner, model=ref.name, workspace=str(ws.root), shard_size=shard_size,
-                            batch_size=batch_size, dtype=dtype, precision=precision)  # fmt: skip
+                            batch_size=batch_size, dtype=dtype, precision=precision,
+                            passages_version=passages_version)  # fmt: skip
 
 
 @flow(name="dense-encode")

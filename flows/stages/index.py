@@ -71,9 +71,10 @@ def planned_build(embeddings: Path, target: Path, index_type: IndexType, params:
 
 @task(name="dense-index-build")
 def index_task(workspace: str, ref: ModelRef, index_type: IndexType, params: dict[str, Any],
-               memory_gb: float | None = None) -> IndexBuildReport:  # fmt: skip
+               memory_gb: float | None = None, passages_version: str | None = None) -> IndexBuildReport:  # fmt: skip
+    """The model's FAISS index of its embeddings of `passages_version` (default: the current passages)."""
     ws = Workspace.resolve(workspace)
-    build = dense_build(ws, ref)
+    build = dense_build(ws, ref, passages_version)
     folder = build.index(index_type)
     before = read_index_metadata(folder)
     meta = planned_build(build.embeddings, folder, index_type, IndexParams(**params), memory_gb)

@@ -28,9 +28,10 @@ _shared: dict[str, tuple[str | None, Any]] = {}  # per process: index folder -> 
 _shared_lock = threading.Lock()
 
 
-def dense_build(ws: Workspace, ref: ModelRef) -> DenseBuild:
-    """The passage-side model's builds (embeddings, indexes) for the current passages."""
-    return IndexLayout.of(ws).dense(ref.passage_key, require_passages(ws))
+def dense_build(ws: Workspace, ref: ModelRef, passages_version: str | None = None) -> DenseBuild:
+    """The passage-side model's builds (embeddings, indexes) for these passages (default: the
+    current ones; a re-index names the version it builds, whatever imports commit meanwhile)."""
+    return IndexLayout.of(ws).dense(ref.passage_key, passages_version or require_passages(ws))
 
 
 def passage_fingerprint(ref: ModelRef, encoders: EncoderCache, question_model: LoadedModel | None = None

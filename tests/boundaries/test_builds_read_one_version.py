@@ -103,3 +103,24 @@ def test_an_encode_writes_the_vectors_and_keys_of_the_version_it_started_on(cli,
     built = IndexLayout.of(ws).dense(resolve_model(ws, model).passage_key, version).embeddings
     assert sorted(EncodedCorpus(built).ids().to_pylist()) == sorted(f"a{i}" for i in range(24))
     assert not any(lease["pid"] == encode.pid for lease in live_leases(root))
+
+
+@pytest.mark.usefixtures("java")
+def test_a_reindex_builds_and_publishes_the_passages_it_ingested(cli, tmp_path: Path) -> None:
+    """Imports that commit while a re-index builds wait for the next one: it builds BM25 and the
+    dense index of the very passages it ingested, and publishes them (it used to encode the newer
+    passages and then refuse to publish, the dense index of its own passages missing)."""
+    from odqa.storage.releases import current_release
+    from tests.experiments.tiny_encoder import minilm_dir
+
+    root = tmp_path / "ws"
+    reindex = _odqa(root, "reindex", "--passages", str(_tsv(tmp_path / "a.tsv", "a", 30)), "--model", str(minilm_dir()))
+    with paused_reader(root, reindex, "reindex"):
+        ws = Workspace.resolve(root)
+        version = ws.table_version("passages")
+        _commit_four_imports(cli, root, tmp_path)
+        assert ws.rows("passages") == 42
+    out = _finished(reindex)
+    release = current_release(ws)
+    assert release is not None and release.passages_version == version, out
+    assert "bm25_documents: 30" in out and "encoded_passages: 30" in out, out
