@@ -29,6 +29,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -47,6 +48,7 @@ STALE_S = 600.0  # a lease from another host not refreshed for this long belongs
 # where no lease can be written the read goes on without one: storage this process may not write
 # (none of its commits deletes there), or a full disk (no commit completes there either)
 _NO_LEASE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+MAX_LEASE_BYTES = 16 << 20  # a lease names a snapshot's files: far less, whatever the table's size
 
 
 class TableVersionGone(FileNotFoundError):
@@ -101,7 +103,7 @@ def leased_paths(root: Path) -> set[str]:
             continue
         if _reader_alive(record, refreshed):
             keep.update(record["paths"])
-        elif path.is_symlink() or path.is_file():  # (a folder of that name is no lease odqa wrote)
+        elif path.is_symlink() or not path.is_dir():  # (a folder of that name is left to its maker)
             with contextlib.suppress(OSError):
                 path.unlink()
     return keep
@@ -109,14 +111,25 @@ def leased_paths(root: Path) -> set[str]:
 
 def _read_lease(path: Path) -> tuple[dict | None, float]:
     """A lease file's record and when it was last refreshed; a record of a dead reader's (it is
-    dropped) where the file is no lease as odqa writes it (a hand edit, a disk fault: writes are
-    atomic); None once it is gone (its reader finished meanwhile)."""
+    dropped) where the entry is no lease as odqa writes it (a hand edit, a disk fault: writes are
+    atomic; a link, a pipe or a huge file is never followed or read through); None once it is
+    gone (its reader finished meanwhile)."""
     try:
-        record, refreshed = json.loads(path.read_text(encoding="utf-8")), path.stat().st_mtime
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None, 0.0
+    except OSError:  # a link (O_NOFOLLOW), or unreadable
+        return {}, 0.0
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_LEASE_BYTES:
+            return {}, 0.0
+        with os.fdopen(handle, "rb", closefd=False) as stream:
+            record, refreshed = json.loads(stream.read(MAX_LEASE_BYTES).decode("utf-8")), info.st_mtime
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}, 0.0
+    finally:
+        os.close(handle)
     paths = record.get("paths") if isinstance(record, dict) else None
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         return {}, 0.0

@@ -177,6 +177,9 @@ def test_junk_in_the_leases_folder_neither_breaks_a_commit_nor_keeps_files(works
     (folder / "broken.json").write_text("{not json")
     (folder / "paths-not-a-list.json").write_text(json.dumps({"host": "elsewhere", "pid": 1, "paths": 7}))
     (folder / "binary.json").write_bytes(b"\xff\xfe\x00")
+    os.mkfifo(folder / "pipe.json")  # read, it would block the collection for ever
+    (folder / "link.json").symlink_to("/dev/zero")  # read through, it would never end
+    (folder / "huge.json").write_bytes(b" " * (read_leases.MAX_LEASE_BYTES + 1))
     for round_ in range(4):
         _replace(workspace, [f"r{round_}"])
     assert not held & _files(workspace)
