@@ -205,15 +205,15 @@ class Transaction:
         meanwhile, the commit fails instead of silently losing that update. Returns the parts
         rewritten.
         """
-        snapshot = load_snapshot(self.root)
         rewritten = 0
-        for number, entry in enumerate(snapshot.files(table)):
-            if select is not None and not select(entry):
-                continue
-            data = ds.dataset([str(self.root / entry.path)], schema=schema_for(table), format="parquet").to_table()
-            self.write(table, transform(data), source=entry.source, part=f"rewrite-{number:06d}")
-            self._drop_paths.setdefault(table, set()).add(entry.path)
-            rewritten += 1
+        with reading(self.root, [table], f"rewrite {table}") as snapshot:  # its parts kept while read
+            for number, entry in enumerate(snapshot.files(table)):
+                if select is not None and not select(entry):
+                    continue
+                data = ds.dataset([str(self.root / entry.path)], schema=schema_for(table), format="parquet").to_table()
+                self.write(table, transform(data), source=entry.source, part=f"rewrite-{number:06d}")
+                self._drop_paths.setdefault(table, set()).add(entry.path)
+                rewritten += 1
         return rewritten
 
     def staged_files(self, table: str) -> list[Path]:
