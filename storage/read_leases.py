@@ -147,6 +147,20 @@ def live_leases(root: Path) -> list[dict]:
     return sorted(found, key=lambda r: r.get("since", 0))
 
 
+def older_readers(root: Path, current: Snapshot) -> list[tuple[dict, int]]:
+    """The live leases that keep files the `current` snapshot no longer lists (what keeps an older
+    version's files on disk), each with how many such files it keeps."""
+    listed = {e.path for entries in current.tables.values() for e in entries}
+    found = [(lease, len(set(lease["paths"]) - listed)) for lease in live_leases(root)]
+    return [(lease, older) for lease, older in found if older]
+
+
+def describe_lease(lease: dict) -> str:
+    """"pid 123 on host h (odqa encode …) since 12:00:01 UTC: encode m" from a lease's record."""
+    since = time.strftime("%H:%M:%S UTC", time.gmtime(lease.get("since", 0)))
+    return f"pid {lease.get('pid')} on host {lease.get('host')} ({lease.get('command')}) since {since}: {lease.get('what')}"
+
+
 class _Refresher:
     """Touches this process's lease files every `REFRESH_S` from one daemon thread, so readers on
     other hosts see them as live (on this host the pid tells)."""

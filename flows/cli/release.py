@@ -12,7 +12,9 @@ from .groups import MODEL_HELP, release_group, workspace_of
 @click.pass_context
 def release_show(ctx: click.Context) -> None:
     """What the current release serves, its default model and why, the running services registered
-    in the workspace, and a release withheld because it would have narrowed what serves."""
+    in the workspace, the running builds that keep older table files (read leases), and a release
+    withheld because it would have narrowed what serves."""
+    from ...storage.read_leases import describe_lease, older_readers
     from ...storage.releases import current_hold, current_release, last_refusal
     from ...storage.serving import live_services
 
@@ -37,6 +39,11 @@ def release_show(ctx: click.Context) -> None:
     for service in services:
         answers = (["bm25"] if service.bm25 else []) + ([f"dense model {service.dense_model}"] if service.dense_model else [])
         click.echo(f"  {service.describe()}: release {service.release or 'none yet'}, {', '.join(answers) or 'nothing'}")
+    readers = older_readers(ws.root, ws.snapshot())
+    if readers:  # (why the files of older passages are still on disk)
+        click.echo(f"readers keeping older table files until they finish: {len(readers)}")
+        for lease, older in readers:
+            click.echo(f"  {describe_lease(lease)} ({older} file(s) no longer current)")
     hold = current_hold(ws)
     if hold is not None:
         click.echo(f"held: {hold.describe()}")

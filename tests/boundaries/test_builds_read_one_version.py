@@ -124,3 +124,19 @@ def test_a_reindex_builds_and_publishes_the_passages_it_ingested(cli, tmp_path: 
     release = current_release(ws)
     assert release is not None and release.passages_version == version, out
     assert "bm25_documents: 30" in out and "encoded_passages: 30" in out, out
+
+
+def test_release_show_names_the_readers_that_keep_older_files(cli, tmp_path: Path) -> None:
+    """Why an older version's files are still on disk: `odqa release show` names the running
+    readers that keep them, and stops once they finish."""
+    root = tmp_path / "ws"
+    importing = ("--workspace", str(root), "import", "passages", "--format", "dpr-tsv")
+    cli(*importing, str(_tsv(tmp_path / "a.tsv", "a", 5)))
+    ws = Workspace.resolve(root)
+    with ws.reading("passages", what="encode m"):
+        assert "readers keeping" not in cli("--workspace", str(root), "release", "show").output  # still current
+        cli(*importing, "--replace", str(_tsv(tmp_path / "a.tsv", "new", 5)))
+        shown = cli("--workspace", str(root), "release", "show").output
+        assert "readers keeping older table files until they finish: 1" in shown, shown
+        assert f"pid {os.getpid()} on host " in shown and ": encode m (1 file(s) no longer current)" in shown, shown
+    assert "readers keeping" not in cli("--workspace", str(root), "release", "show").output
