@@ -8,7 +8,9 @@ connections (`sql`, `duckdb`, `connection`) share one sandbox and its bounds
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -18,7 +20,8 @@ from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.dense.hybrid import DEFAULT_DEPTH
 from ..storage.catalog import DEFAULT_TIMEOUT_S, QueryLimits, sandboxed_connection
 from ..storage.choices import IndexType, RetrieverKind
-from ..storage.snapshot import load_snapshot
+from ..storage.read_leases import reading
+from ..storage.snapshot import Snapshot, load_snapshot
 from ..storage.table_files import known_tables
 from ..storage.tables import table_dataset
 from ..storage.workspace import Workspace as StorageWorkspace
@@ -30,6 +33,7 @@ class Workspace:
 
     def __init__(self, storage: StorageWorkspace) -> None:
         self.storage = storage
+        self._held: Snapshot | None = None  # the snapshot a `reading()` block reads
 
     @property
     def root(self) -> Path:
@@ -48,13 +52,30 @@ class Workspace:
         return Searcher(self.storage, open_searcher(self.storage, choice).searcher)
 
     # -- reading -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Workspace]:
+        """One version of every table for the block, however many commits land meanwhile: `tables`,
+        `table`, `duckdb` (and the relations made in the block) and `sql` read the snapshot that was
+        current when the block began, its files kept on disk (a read lease) until the block ends.
+        Outside a block each call reads the current tables, and a relation of `duckdb` reads the
+        parts current when it was made, which later commits may delete (three commits on)."""
+        with reading(self.root, None, "odqa.Workspace.reading()") as snapshot:
+            outer, self._held = self._held, snapshot
+            try:
+                yield self
+            finally:
+                self._held = outer
+
+    def _snapshot(self) -> Snapshot:
+        return self._held or load_snapshot(self.root)
+
     def tables(self) -> list[str]:
         """The names of the workspace's tables (core tables exist even when empty)."""
-        return list(known_tables(load_snapshot(self.root)))
+        return list(known_tables(self._snapshot()))
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """The table's current rows as Arrow (`columns` picks some)."""
-        return self.storage.read_table(name, columns=columns)
+        return self.storage.read_table(name, columns=columns, snapshot=self._held)
 
     def duckdb(self, name: str, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
         """The table as a lazy DuckDB relation over its current Parquet parts: filter, join and
@@ -63,7 +84,7 @@ class Workspace:
         Without `connection` the relation lives in a new `connection()`: sandboxed as `sql` is.
         A connection of your own is used as you made it (odqa does not lock your settings): it
         reaches whatever your DuckDB can reach, which is yours to decide."""
-        dataset = table_dataset(self.root, load_snapshot(self.root), name)
+        dataset = table_dataset(self.root, self._snapshot(), name)
         return (connection or self.connection()).from_arrow(dataset)
 
     def connection(self, *, memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -79,7 +100,8 @@ class Workspace:
         It is stopped after `timeout_s` seconds, and DuckDB keeps within `memory_limit` (`8GB`,
         `50%`; default a quarter of the memory, at most 4 GiB) and `threads` (default half the
         cores); a query that passes a bound raises `QueryLimitError` naming it."""
-        return self.storage.sql(query, QueryLimits(timeout_s=timeout_s, memory_limit=memory_limit, threads=threads))
+        return self.storage.sql(query, QueryLimits(timeout_s=timeout_s, memory_limit=memory_limit, threads=threads),
+                                snapshot=self._held)  # fmt: skip
 
     # -- evaluating --------------------------------------------------------------------------
     def evaluate(self, run: str, ks: tuple[int, ...] = (), match: str = "auto") -> pa.Table:

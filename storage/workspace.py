@@ -165,12 +165,12 @@ class Workspace:
         the stream runs."""
         return tables.scan_table(self.root, snapshot or self.snapshot(), table, columns, batch_size, filter=filter)
 
-    def sql(self, query: str, limits: catalog.QueryLimits | None = None) -> pa.Table:
-        """One read-only query over every table, in a sandbox, within `limits` (default: 60 s, a
-        quarter of the memory, at most 4 GiB); writes are refused. The files it reads are leased
-        while it runs."""
-        with read_leases.reading(self.root, None, "odqa sql") as snapshot:
-            return catalog.query_read_only(self.root, snapshot, query, limits or catalog.QueryLimits(),
+    def sql(self, query: str, limits: catalog.QueryLimits | None = None, snapshot: Snapshot | None = None) -> pa.Table:
+        """One read-only query over every table (of `snapshot`, default the current one), in a
+        sandbox, within `limits` (default: 60 s, a quarter of the memory, at most 4 GiB); writes
+        are refused. The files it reads are leased while it runs."""
+        with read_leases.reading(self.root, None, "odqa sql", snapshot) as read:
+            return catalog.query_read_only(self.root, read, query, limits or catalog.QueryLimits(),
                                            self.duckdb_temp_dir)  # fmt: skip
 
     @property

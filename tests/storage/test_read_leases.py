@@ -222,3 +222,24 @@ def test_a_commit_skips_its_collection_while_a_stopped_reader_holds_the_lease_lo
         stopped.wait()
     _replace(workspace, ["after"])
     assert not held & _files(workspace)
+
+
+def test_the_python_api_reads_one_version_in_a_reading_block(workspace: Workspace) -> None:
+    import odqa
+
+    _replace(workspace, ["a", "b"], parts=2)
+    read = _files(workspace)
+    ws = odqa.open_workspace(workspace.root)
+    with ws.reading() as same:
+        relation = same.duckdb("passages")
+        for round_ in range(4):
+            _replace(workspace, [f"r{round_}"])
+        assert read <= _files(workspace)
+        assert same.table("passages").column("passage_id").to_pylist() == ["a", "b"]
+        assert same.sql("SELECT count(*) AS n FROM passages").to_pylist() == [{"n": 2}]
+        assert relation.count("*").fetchall() == [(2,)]
+        assert same.duckdb("passages").count("*").fetchall() == [(2,)]  # made in the block: the same version
+    assert ws.table("passages").column("passage_id").to_pylist() == ["r3"]
+    assert ws.sql("SELECT count(*) AS n FROM passages").to_pylist() == [{"n": 1}]
+    _replace(workspace, ["last"])
+    assert not read & _files(workspace)
