@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from .atomic import atomic_write_json, process_alive, slug
-from .locks import this_command
+from .locks import holder_text, this_command
 from .snapshot import HISTORY_KEEP, Snapshot, exclusive_file_lock, load_snapshot, recent_snapshots
 from .table_files import TABLES_DIR
 
@@ -92,16 +92,22 @@ def _reader_alive(record: dict, refreshed: float) -> bool:
     return process_start(pid) == record.get("started")
 
 
+def _leases(root: Path) -> Iterator[tuple[Path, dict, bool]]:
+    """Each entry of the leases folder: its path, its record ({} where it is no lease odqa
+    wrote) and whether its reader is alive."""
+    folder = leases_dir(root)
+    for path in folder.glob("*.json") if folder.is_dir() else ():
+        record, refreshed = _read_lease(path)
+        if record is not None:
+            yield path, record, _reader_alive(record, refreshed)
+
+
 def leased_paths(root: Path) -> set[str]:
     """Every file a live reader's lease names; the leases of dead readers are deleted. Call under
     `leases_locked`, and delete files only before releasing it."""
-    folder = leases_dir(root)
     keep: set[str] = set()
-    for path in folder.glob("*.json") if folder.is_dir() else ():
-        record, refreshed = _read_lease(path)
-        if record is None:
-            continue
-        if _reader_alive(record, refreshed):
+    for path, record, alive in _leases(root):
+        if alive:
             keep.update(record["paths"])
         elif path.is_symlink() or not path.is_dir():  # (a folder of that name is left to its maker)
             with contextlib.suppress(OSError):
@@ -138,13 +144,7 @@ def _read_lease(path: Path) -> tuple[dict | None, float]:
 
 def live_leases(root: Path) -> list[dict]:
     """The leases of running readers (what each reads, since when), oldest first."""
-    folder = leases_dir(root)
-    found = []
-    for path in folder.glob("*.json") if folder.is_dir() else ():
-        record, refreshed = _read_lease(path)
-        if record and _reader_alive(record, refreshed):
-            found.append(record)
-    return sorted(found, key=lambda r: r.get("since", 0))
+    return sorted((record for _, record, alive in _leases(root) if alive), key=lambda r: r.get("since", 0))
 
 
 def older_readers(root: Path, current: Snapshot) -> list[tuple[dict, int]]:
@@ -156,9 +156,9 @@ def older_readers(root: Path, current: Snapshot) -> list[tuple[dict, int]]:
 
 
 def describe_lease(lease: dict) -> str:
-    """"pid 123 on host h (odqa encode …) since 12:00:01 UTC: encode m" from a lease's record."""
-    since = time.strftime("%H:%M:%S UTC", time.gmtime(lease.get("since", 0)))
-    return f"pid {lease.get('pid')} on host {lease.get('host')} ({lease.get('command')}) since {since}: {lease.get('what')}"
+    """"pid 123 on host h (odqa encode …) since 12:00:01 UTC: encode m" from a lease's record
+    (its reader named as a writer lock names its holder)."""
+    return f"{holder_text({**lease, 'started': lease.get('since', 0)})}: {lease.get('what')}"
 
 
 class _Refresher:
@@ -208,12 +208,13 @@ def _write_lease(root: Path, paths: Sequence[str], what: str) -> Path:
     return path
 
 
-def _named(snapshot: Snapshot, tables: Sequence[str] | None) -> list[str]:
-    return list(snapshot.tables) if tables is None else list(tables)
+def _paths(snapshot: Snapshot, tables: Sequence[str] | None) -> list[str]:
+    """The files of the snapshot's `tables` (None: of every table)."""
+    return [e.path for t in (snapshot.tables if tables is None else tables) for e in snapshot.files(t)]
 
 
 def _missing(root: Path, snapshot: Snapshot, tables: Sequence[str] | None) -> list[str]:
-    return [e.path for t in _named(snapshot, tables) for e in snapshot.files(t) if not (root / e.path).is_file()]
+    return [path for path in _paths(snapshot, tables) if not (root / path).is_file()]
 
 
 @contextlib.contextmanager
@@ -225,7 +226,7 @@ def _leased(root: Path, tables: Sequence[str] | None, what: str, choose: Callabl
     try:
         with leases_locked(root):
             snapshot = choose()
-            lease = _write_lease(root, [e.path for t in _named(snapshot, tables) for e in snapshot.files(t)], what)
+            lease = _write_lease(root, _paths(snapshot, tables), what)
     except OSError as exc:
         if exc.errno not in _NO_LEASE:
             raise

@@ -143,10 +143,10 @@ class Workspace:
         return tables.Transaction(self.root, stage, fingerprint=fingerprint, resumable=resumable)
 
     # -- reading ----------------------------------------------------------------------------
-    def reading(self, *tables: str, what: str) -> AbstractContextManager[Snapshot]:
-        """The current snapshot, its `tables`' files kept on disk while the block runs
+    def reading(self, *names: str, what: str) -> AbstractContextManager[Snapshot]:
+        """The current snapshot, the files of its tables `names` kept on disk while the block runs
         (`read_leases`): pass it to `scan`/`read_table` to read one version throughout."""
-        return read_leases.reading(self.root, tables, what)
+        return read_leases.reading(self.root, names, what)
 
     def reading_version(self, table: str, version: str, what: str) -> AbstractContextManager[Snapshot]:
         """A snapshot in which `table` has `version` (the current one or a recent one), its files
