@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import MATCH_CHOICES, MATCH_HELP, main, parse_cutoffs, workspace_arg
+from .groups import MATCH_CHOICES, MATCH_HELP, SIGNIFICANCE, main, parse_cutoffs, workspace_arg
 
 
 @main.command("compare")
@@ -13,7 +13,7 @@ from .groups import MATCH_CHOICES, MATCH_HELP, main, parse_cutoffs, workspace_ar
 @click.option("--match", type=click.Choice(MATCH_CHOICES), default="auto", show_default=True,
               help=MATCH_HELP)  # fmt: skip
 @click.option(
-    "--alpha", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.05, show_default=True, help="Significance level after correction."
+    "--alpha", type=SIGNIFICANCE, default=0.05, show_default=True, help="Significance level after correction."
 )
 @click.pass_context
 def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alpha: float) -> None:

@@ -9,11 +9,10 @@ import click
 
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings
-from .groups import main, workspace_arg
+from .groups import SIGNIFICANCE, main, workspace_arg
 from .recipe import echo_scores, recipe_arguments, recipe_options
 from .settings_options import settings_options
 
-SIGNIFICANCE = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
 ALPHA_HELP = "Significance level after Bonferroni correction."
 
 

@@ -279,6 +279,7 @@ ON_DUPLICATE = list(choices.ON_DUPLICATE)
 TRAINING_MODES = list(choices.TRAINING_MODES)
 PASSAGE_FORMATS = list(choices.PASSAGE_FORMATS)
 MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
+SIGNIFICANCE = click.FloatRange(min=0, max=1, min_open=True, max_open=True)  # a test's alpha
 
 
 NAME_RULE_HELP = ids.NAME_RULE[0].upper() + ids.NAME_RULE[1:] + "."
