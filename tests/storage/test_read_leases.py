@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -86,29 +88,39 @@ def test_reading_a_version_finds_it_in_a_recent_snapshot(workspace: Workspace) -
         pass
 
 
-def test_a_killed_readers_lease_is_dropped_by_the_next_commit(workspace: Workspace) -> None:
-    _replace(workspace, ["a"])
-    held = _files(workspace)
+@contextmanager
+def _holding(root: Path, holder: str) -> Iterator[subprocess.Popen]:
+    """A second process inside the `with` statement `holder` (of the workspace at `root`), until
+    the block ends: then it is SIGKILLed, its clean-up never run."""
     script = textwrap.dedent(
         f"""
-        import sys, time
+        import time
+        from pathlib import Path
         from odqa.storage import Workspace
-        ws = Workspace.resolve({str(workspace.root)!r})
-        with ws.reading("passages", what="killed reader"):
-            print("leased", flush=True)
+        from odqa.storage.read_leases import leases_locked
+        root = Path({str(root)!r})
+        with {holder}:
+            print("held", flush=True)
             time.sleep(600)
         """
     )
-    reader = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
-        assert reader.stdout is not None and reader.stdout.readline().strip() == "leased"
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_killed_readers_lease_is_dropped_by_the_next_commit(workspace: Workspace) -> None:
+    _replace(workspace, ["a"])
+    held = _files(workspace)
+    with _holding(workspace.root, 'Workspace.resolve(root).reading("passages", what="killed reader")'):
         for round_ in range(4):
             _replace(workspace, [f"r{round_}"])
         assert held <= _files(workspace)  # alive: kept
         assert [lease["what"] for lease in live_leases(workspace.root)] == ["killed reader"]
-    finally:
-        reader.send_signal(signal.SIGKILL)
-        reader.wait()
     assert len(list(leases_dir(workspace.root).glob("*.json"))) == 1  # a kill runs no clean-up
     _replace(workspace, ["after"])
     assert not held & _files(workspace)
@@ -200,26 +212,11 @@ def test_a_commit_skips_its_collection_while_a_stopped_reader_holds_the_lease_lo
     monkeypatch.setattr(tables, "LEASES_WAIT_S", 0.5)
     _replace(workspace, ["a"])
     held = _files(workspace)
-    script = textwrap.dedent(
-        f"""
-        import time
-        from pathlib import Path
-        from odqa.storage.read_leases import leases_locked
-        with leases_locked(Path({str(workspace.root)!r})):
-            print("locked", flush=True)
-            time.sleep(600)
-        """
-    )
-    stopped = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        assert stopped.stdout is not None and stopped.stdout.readline().strip() == "locked"
+    with _holding(workspace.root, "leases_locked(root)"):
         for round_ in range(4):
             _replace(workspace, [f"r{round_}"])  # committed, the garbage left for later
         assert workspace.read_table("passages").column("passage_id").to_pylist() == ["r3"]
         assert held <= _files(workspace)
-    finally:
-        stopped.kill()
-        stopped.wait()
     _replace(workspace, ["after"])
     assert not held & _files(workspace)
 
