@@ -15,7 +15,7 @@ from typing import Any
 from ..pipelines.search.limits import checked_k
 from ..pipelines.search.searcher import Searcher as PipelineSearcher
 from ..storage.choices import RetrieverKind
-from ..storage.passages import passages_by_id
+from ..storage.passages import passages_by_id_at
 from ..storage.workspace import Workspace as StorageWorkspace
 
 
@@ -42,6 +42,11 @@ class Searcher:
         """bm25, dense or hybrid."""
         return self._searcher.kind
 
+    @property
+    def passages_version(self) -> str:
+        """The passages table version its index was built from (hit texts are that version's)."""
+        return self._searcher.passages_version
+
     def describe(self) -> dict[str, Any]:
         """What identifies this searcher's answers (model, index, parameters), as runs record it."""
         return self._searcher.describe()
@@ -56,7 +61,8 @@ class Searcher:
         if not texts:
             return []
         ranked = self._searcher.search(texts, k).ranked()
-        found = passages_by_id(self._ws, sorted({pid for row in ranked for pid, _ in row})) if with_text else {}
+        ids = sorted({pid for row in ranked for pid, _ in row})
+        found = passages_by_id_at(self._ws, ids, self._searcher.passages_version) if with_text else {}
         return [[Hit(pid, score, rank, *found.get(pid, (None, None))) for rank, (pid, score) in enumerate(row, 1)]
                 for row in ranked]  # fmt: skip
 

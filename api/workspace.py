@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..models.searchers import RetrieverChoice, open_searcher
 from ..pipelines.dense.hybrid import DEFAULT_DEPTH
 from ..storage.catalog import DEFAULT_TIMEOUT_S, QueryLimits, sandboxed_connection
-from ..storage.choices import IndexType, RetrieverKind
+from ..storage.choices import IndexType, RetrieverKind, RunPassages
 from ..storage.read_leases import reading
 from ..storage.snapshot import Snapshot, load_snapshot
 from ..storage.table_files import known_tables
@@ -104,12 +104,14 @@ class Workspace:
                                 snapshot=self._held)  # fmt: skip
 
     # -- evaluating --------------------------------------------------------------------------
-    def evaluate(self, run: str, ks: tuple[int, ...] = (), match: str = "auto") -> pa.Table:
+    def evaluate(self, run: str, ks: tuple[int, ...] = (), match: str = "auto", passages: RunPassages = "run"
+                 ) -> pa.Table:  # fmt: skip
         """The metrics `odqa evaluate --run RUN` computes for a run of the `runs` table (R@K
         micro, per relation and macro; the qrels metrics), as rows shaped like the `metrics`
-        table; nothing is written. `ks` defaults to odqa's cut-offs, `match` as `--match`."""
+        table; nothing is written. `ks` defaults to odqa's cut-offs, `match` as `--match`,
+        `passages` as `--passages` (run: the texts of the passages the run was retrieved from)."""
         # The verb's own scoring; it imports Prefect's library (and starts nothing).
-        from ..flows.stages.evaluate import score_run
+        from ..flows.stages.evaluate import score_run, scoring_passages
         from ..pipelines.evaluation.metrics import DEFAULT_KS, metrics_table
         from ..storage.choices import MATCH_CHOICES
 
@@ -119,7 +121,8 @@ class Workspace:
         if match not in MATCH_CHOICES:
             raise ValueError(f"answer matching must be one of {MATCH_CHOICES}, got {match!r}")
         tables = [metrics_table(scores.values, run=run, dataset=scores.dataset, split=scores.split)
-                  for scores in score_run(self.storage, run, cutoffs, match)]  # fmt: skip
+                  for scores in score_run(self.storage, run, cutoffs, match,
+                                          scoring_passages(self.storage, run, passages))]  # fmt: skip
         return pa.concat_tables(tables)
 
 

@@ -27,6 +27,10 @@ ON_DUPLICATE: tuple[OnDuplicate, ...] = get_args(OnDuplicate)
 AnswerMatch = Literal["auto", "string", "regex"]  # how an answer matches a passage (auto: by dataset)
 MATCH_CHOICES: tuple[AnswerMatch, ...] = get_args(AnswerMatch)
 
+# Which passages' texts a run's answers are matched in: those it was retrieved from, or the current ones.
+RunPassages = Literal["run", "current"]
+RUN_PASSAGES: tuple[RunPassages, ...] = get_args(RunPassages)
+
 TrexSplits = Literal["thesis", "none"]  # template questions: the thesis' splits, or one split
 TREX_SPLITS: tuple[TrexSplits, ...] = get_args(TrexSplits)
 

@@ -5,6 +5,7 @@ the size of the corpus."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .releases import published_releases
 from .snapshot import FileEntry, Snapshot
 from .table_files import file_spans
 from .table_pins import missing_files
@@ -77,18 +79,44 @@ def passages_by_id(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None,
     return dict(zip(table.column("passage_id").to_pylist(), pairs, strict=True))
 
 
-def passage_texts(ws: Workspace, passage_ids: Sequence[str], *, with_title: bool) -> tuple[dict[str, str], int]:
-    """passage_id -> text (or title, newline, text) for the given ids, and how many are missing."""
-    found = passages_by_id(ws, passage_ids)
+def passages_of_version(ws: Workspace, version: str | None, what: str) -> AbstractContextManager[Snapshot]:
+    """A snapshot whose passages are `version` (None: the current ones), their files kept on disk
+    while the block runs. An index's passage ids name the passages of the version it was built
+    from; an import since may have changed their texts or dropped them. That version's files are
+    in the current or a recent snapshot, or pinned by a published release; else
+    `read_leases.TableVersionGone`."""
+    if version is None:
+        return ws.reading("passages", what=what)
+    pinned = [Snapshot(tables={"passages": release.passages_files}) for release in published_releases(ws)
+              if release.passages_version == version and release.passages_files]  # fmt: skip
+    return ws.reading_version("passages", version, what, also=pinned)
+
+
+def passages_by_id_at(ws: Workspace, passage_ids: Sequence[str], version: str | None
+                      ) -> dict[str, tuple[str | None, str | None]]:  # fmt: skip
+    """passage_id -> (title, text) of the given ids in the passages of `version` (a searcher's
+    `passages_version`; None: the current passages)."""
+    with passages_of_version(ws, version, what="passage texts") as snapshot:
+        return passages_by_id(ws, passage_ids, snapshot.files("passages"))
+
+
+def passage_texts(ws: Workspace, passage_ids: Sequence[str], *, with_title: bool, version: str | None
+                  ) -> tuple[dict[str, str], int]:  # fmt: skip
+    """passage_id -> text (or title, newline, text) for the given ids, and how many are missing,
+    from the passages of `version` (a searcher's `passages_version`: the texts its ids were
+    found in; None: the current passages)."""
+    found = passages_by_id_at(ws, passage_ids, version)
     texts = {pid: f"{title or ''}\n{text or ''}" if with_title else (text or "") for pid, (title, text) in found.items()}
     return texts, len(set(passage_ids)) - len(texts)
 
 
-def all_passage_texts(ws: Workspace) -> dict[str, str]:
-    """passage_id -> text of every passage (answer matching over a whole corpus held in memory)."""
+def all_passage_texts(ws: Workspace, version: str) -> dict[str, str]:
+    """passage_id -> text of every passage of `version` (answer matching over a whole corpus
+    held in memory, the corpus an index was built from)."""
     texts: dict[str, str] = {}
-    for batch in ws.scan("passages", columns=["passage_id", "text"]):
-        texts.update(zip(batch.column(0).to_pylist(), (t or "" for t in batch.column(1).to_pylist()), strict=True))
+    with passages_of_version(ws, version, what="answer matching") as snapshot:
+        for batch in ws.scan("passages", columns=["passage_id", "text"], snapshot=snapshot):
+            texts.update(zip(batch.column(0).to_pylist(), (t or "" for t in batch.column(1).to_pylist()), strict=True))
     return texts
 
 

@@ -258,15 +258,16 @@ def reading(root: Path, tables: Sequence[str] | None, what: str, snapshot: Snaps
     return _leased(root, tables, what, choose)
 
 
-def reading_version(root: Path, table: str, version: str, what: str) -> contextlib.AbstractContextManager[Snapshot]:
+def reading_version(root: Path, table: str, version: str, what: str, also: Sequence[Snapshot] = ()
+                    ) -> contextlib.AbstractContextManager[Snapshot]:  # fmt: skip
     """The newest snapshot in which `table` has `version` with its files still on disk (the
-    current one, else a recent one), those files kept while the block runs: a build keyed by a
-    version reads exactly that version, whatever committed since. `TableVersionGone` when no
-    snapshot still has it."""
+    current one, else a recent one, else one of `also`: the files a published release pins),
+    those files kept while the block runs: a build keyed by a version reads exactly that
+    version, whatever committed since. `TableVersionGone` when no snapshot still has it."""
 
     def choose() -> Snapshot:
         current = load_snapshot(root)
-        for snapshot in (current, *reversed(recent_snapshots(root, HISTORY_KEEP))):
+        for snapshot in (current, *reversed(recent_snapshots(root, HISTORY_KEEP)), *also):
             if snapshot.table_version(table) == version and not _missing(root, snapshot, [table]):
                 return snapshot
         raise TableVersionGone(

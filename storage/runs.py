@@ -31,6 +31,19 @@ def run_record_stage(run: str) -> str:
     return f"run:{run}"
 
 
+def run_passages_version(ws: Workspace, run: str) -> str | None:
+    """The passages version a run was retrieved from (its passage ids name that version's
+    passages), from its stage record; None for an imported run, whose passages are unknown.
+    Runs retrieved before the record named it carry it in their searcher's config."""
+    record = ws.stage_record(run_record_stage(run))
+    report = record.report if record else {}
+    if report.get("passages_version"):
+        return str(report["passages_version"])
+    config = report.get("config") or {}
+    found = config.get("index_corpus") or config.get("index_snapshot")  # dense (and hybrid) / BM25
+    return str(found) if found else None
+
+
 def known_runs(ws: Workspace) -> list[str]:
     if not ws.rows("runs"):
         return []

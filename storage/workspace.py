@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,10 +148,11 @@ class Workspace:
         (`read_leases`): pass it to `scan`/`read_table` to read one version throughout."""
         return read_leases.reading(self.root, names, what)
 
-    def reading_version(self, table: str, version: str, what: str) -> AbstractContextManager[Snapshot]:
-        """A snapshot in which `table` has `version` (the current one or a recent one), its files
-        kept while the block runs: what a build keyed by that version reads."""
-        return read_leases.reading_version(self.root, table, version, what)
+    def reading_version(self, table: str, version: str, what: str, also: Sequence[Snapshot] = ()
+                        ) -> AbstractContextManager[Snapshot]:  # fmt: skip
+        """A snapshot in which `table` has `version` (the current one, a recent one, else one of
+        `also`), its files kept while the block runs: what a build keyed by that version reads."""
+        return read_leases.reading_version(self.root, table, version, what, also)
 
     def read_table(self, table: str, columns: list[str] | None = None, filter=None,
                    snapshot: Snapshot | None = None) -> pa.Table:  # fmt: skip

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import click
 
-from .groups import MATCH_CHOICES, MATCH_HELP, SIGNIFICANCE, main, parse_cutoffs, workspace_arg
+from .groups import (
+    MATCH_CHOICES,
+    MATCH_HELP,
+    RUN_PASSAGES,
+    RUN_PASSAGES_HELP,
+    SIGNIFICANCE,
+    main,
+    parse_cutoffs,
+    workspace_arg,
+)
 
 
 @main.command("compare")
@@ -15,15 +24,17 @@ from .groups import MATCH_CHOICES, MATCH_HELP, SIGNIFICANCE, main, parse_cutoffs
 @click.option(
     "--alpha", type=SIGNIFICANCE, default=0.05, show_default=True, help="Significance level after correction."
 )
+@click.option("--passages", type=click.Choice(RUN_PASSAGES), default="run", show_default=True, help=RUN_PASSAGES_HELP)
 @click.pass_context
-def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alpha: float) -> None:
+def compare(ctx: click.Context, runs: tuple[str, ...], ks: str, match: str, alpha: float, passages: str) -> None:
     """Compare RUNS: means per metric, two-sided paired t-tests with Bonferroni correction."""
     import pyarrow as pa
 
     from ..compositions.compare import compare_flow
     from .sql import render
 
-    report = compare_flow(runs=list(runs), ks=parse_cutoffs(ks), match=match, alpha=alpha, workspace=workspace_arg(ctx))
+    report = compare_flow(runs=list(runs), ks=parse_cutoffs(ks), match=match, alpha=alpha, passages=passages,
+                          workspace=workspace_arg(ctx))  # fmt: skip
     wide: dict[tuple[str, str, str], dict[str, object]] = {}
     for m in report.means:
         key = (m["dataset"], m["split"], m["metric"])

@@ -279,6 +279,9 @@ ON_DUPLICATE = list(choices.ON_DUPLICATE)
 TRAINING_MODES = list(choices.TRAINING_MODES)
 PASSAGE_FORMATS = list(choices.PASSAGE_FORMATS)
 MATCH_HELP = "Answer matching: DPR's token match (string), regex (CuratedTREC), or auto by dataset name."
+RUN_PASSAGES = list(choices.RUN_PASSAGES)
+RUN_PASSAGES_HELP = ("Whose texts answers are matched in: the passages the run was retrieved from (run), or the "
+                     "current passages (current).")  # fmt: skip
 SIGNIFICANCE = click.FloatRange(min=0, max=1, min_open=True, max_open=True)  # a test's alpha
 
 

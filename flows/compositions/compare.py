@@ -14,9 +14,10 @@ from prefect import flow
 
 from ...pipelines.evaluation.metrics import DEFAULT_KS, compare_runs
 from ...storage import Workspace
+from ...storage.choices import RunPassages
 from ...storage.reports import Report
 from ..plumbing.bounds import AtLeastOne, Share
-from ..stages.evaluate import recall_plot, score_run
+from ..stages.evaluate import recall_plot, score_run, scoring_passages
 
 
 @dataclass
@@ -30,13 +31,16 @@ class CompareReport(Report):
 
 @flow(name="compare")
 def compare_flow(runs: list[str], ks: list[AtLeastOne] | None = None, match: str = "auto", alpha: Share = 0.05,
-                 workspace: str | None = None) -> CompareReport:  # fmt: skip
-    """Paired two-sided t-tests (Bonferroni-corrected) between runs on the splits they share."""
+                 passages: RunPassages = "run", workspace: str | None = None) -> CompareReport:  # fmt: skip
+    """Paired two-sided t-tests (Bonferroni-corrected) between runs on the splits they share,
+    each run's answers matched in `passages` (as `odqa evaluate --passages`)."""
     if len(runs) < 2 or len(set(runs)) != len(runs):
         raise ValueError(f"compare needs at least two distinct runs, got {runs}")
     ks = sorted(set(ks or DEFAULT_KS))
     ws = Workspace.resolve(workspace)
-    scored = {run: {(s.dataset, s.split): s for s in score_run(ws, run, tuple(ks), match)} for run in runs}
+    scored = {run: {(s.dataset, s.split): s for s in score_run(ws, run, tuple(ks), match,
+                                                                scoring_passages(ws, run, passages))}
+              for run in runs}  # fmt: skip
     shared = sorted(set.intersection(*(set(by_split) for by_split in scored.values())))
     if not shared:
         raise ValueError(f"runs {runs} share no dataset split to compare on")

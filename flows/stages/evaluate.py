@@ -2,8 +2,10 @@
 
 A run is evaluated on every dataset split its questions belong to, over all questions of that
 split (`pipelines.evaluation.run_scores`). Qrels metrics use the `qrels` table when it has
-judgments for the split, else the questions' `positive_ids` (binary). The plot of R@K against K
-goes to `<workspace>/plots/`, and an artifact with the figures to the flow run.
+judgments for the split, else the questions' `positive_ids` (binary). Answers are matched in the
+texts of the passages the run was retrieved from (its ids name those passages; an import since
+may have changed them), or in the current passages when asked or when the run was imported. The
+plot of R@K against K goes to `<workspace>/plots/`, and an artifact with the figures to the flow run.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from ...pipelines.evaluation.metrics import (
 from ...pipelines.evaluation.run_scores import SplitScores, score_split
 from ...storage import Workspace
 from ...storage.atomic import atomic_write_bytes
-from ...storage.choices import MATCH_CHOICES, AnswerMatch
+from ...storage.choices import MATCH_CHOICES, RUN_PASSAGES, AnswerMatch, RunPassages
 from ...storage.fingerprint import fingerprint
 from ...storage.metrics import overall_metrics
 from ...storage.passages import passage_texts
 from ...storage.questions import EVALUATION_COLUMNS, load_questions, questions_with_ids, relevance_judgments
+from ...storage.read_leases import TableVersionGone
 from ...storage.reports import Report
-from ...storage.runs import evaluation_source, read_run, run_record_stage
+from ...storage.runs import evaluation_source, read_run, run_passages_version, run_record_stage
+from ...storage.snapshot import HISTORY_KEEP
 from ..plumbing.artifacts import publish_evaluation
 from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
@@ -60,6 +64,8 @@ class EvaluateReport(Report):
     splits: list[dict[str, Any]]
     metrics: int
     plot: str | None
+    passages_version: str = ""  # the passages whose texts the answers were matched in
+    passages: str = ""  # why those (the run's, or the current ones)
 
     def as_figures(self) -> dict[str, Any]:
         """Each scored split as a sentence of its own (`dataset/split: ...`), not as its dict."""
@@ -78,15 +84,55 @@ def split_judgments(ws: Workspace, dataset: str, split: str,
     return (judged, "qrels") if judged else (qrels_from_questions(questions), "positive_ids")
 
 
-def score_run(ws: Workspace, run: str, ks: tuple[int, ...], match: str) -> list[SplitScores]:
-    """Score a run on every dataset split its questions come from."""
+@dataclass(frozen=True)
+class ScoringPassages:
+    """The passages version whose texts a run's answers are matched in, and why that one."""
+
+    version: str
+    chosen: str
+
+
+def scoring_passages(ws: Workspace, run: str, passages: RunPassages = "run") -> ScoringPassages:
+    """The passages a run is scored in: those it was retrieved from (`run`), else (`current`, or
+    an imported run, whose passages are unknown) the current ones."""
+    if passages not in RUN_PASSAGES:
+        raise ValueError(f"passages must be one of {RUN_PASSAGES}, got {passages!r}")
+    current = ws.table_version("passages")
+    if passages == "current":
+        return ScoringPassages(current, "the current passages, as asked")
+    version = run_passages_version(ws, run)
+    if version is None:
+        return ScoringPassages(current, "the current passages (an imported run: its passages are unknown)")
+    if version == current:
+        return ScoringPassages(version, "the passages the run was retrieved from (the current ones)")
+    return ScoringPassages(version, f"the passages the run was retrieved from (the current ones are {current})")
+
+
+def run_texts(ws: Workspace, run: str, passage_ids: list[str], passages: ScoringPassages) -> tuple[dict[str, str], int]:
+    """The texts of a run's passages in `passages`, and how many are missing; passages no longer
+    on disk are an error saying how to score the run anyway."""
+    try:
+        return passage_texts(ws, passage_ids, with_title=False, version=passages.version)
+    except TableVersionGone:
+        raise TableVersionGone(
+            f"run {run!r} was retrieved from passages {passages.version}, whose files are no longer in {ws.root}: the "
+            f"passages are now {ws.table_version('passages')}, and odqa keeps older passages only for {HISTORY_KEEP} "
+            f"commits and for published releases. Retrieve the run again, or match its answers in the current "
+            f"passages' texts: odqa evaluate --run {run} --passages current"
+        ) from None  # fmt: skip
+
+
+def score_run(ws: Workspace, run: str, ks: tuple[int, ...], match: str, passages: ScoringPassages
+              ) -> list[SplitScores]:  # fmt: skip
+    """Score a run on every dataset split its questions come from, its answers matched in the
+    texts of `passages`."""
     rows = read_run(ws, run)
     qids = sorted(set(rows.column("question_id").to_pylist()))
     touched = questions_with_ids(ws, qids, ["dataset", "split"])
     pairs = sorted(set(zip(touched.column("dataset").to_pylist(), touched.column("split").to_pylist(), strict=True)))
     if not pairs:
         raise ValueError(f"none of the {len(qids)} question ids of run {run!r} is in the questions table")
-    texts, missing = passage_texts(ws, rows.column("passage_id").to_pylist(), with_title=False)
+    texts, missing = run_texts(ws, run, rows.column("passage_id").to_pylist(), passages)
     results = []
     for dataset, split in pairs:
         questions = load_questions(ws, dataset, split, EVALUATION_COLUMNS)
@@ -110,16 +156,17 @@ def recall_plot(ws: Workspace, name: str, title: str, scored: list[tuple[str, Sp
 
 
 @task(name="evaluate-run")
-def evaluate_task(workspace: str, run: str, ks: list[int], match: str, stage_fp: str) -> EvaluateReport:
+def evaluate_task(workspace: str, run: str, ks: list[int], match: str, passages: ScoringPassages,
+                  stage_fp: str) -> EvaluateReport:  # fmt: skip
     ws = Workspace.resolve(workspace)
-    results = score_run(ws, run, tuple(ks), match)
+    results = score_run(ws, run, tuple(ks), match, passages)
     record = ws.stage_record(run_record_stage(run))
     made_by = record.report if record else {}
     created = datetime.now(timezone.utc)
     tables, splits = [], []
     for scores in results:
-        config = json.dumps({"run": made_by, "ks": ks, "match": scores.match, **scores.info}, sort_keys=True,
-                            default=str)  # fmt: skip
+        config = json.dumps({"run": made_by, "ks": ks, "match": scores.match, "passages_version": passages.version,
+                             "passages": passages.chosen, **scores.info}, sort_keys=True, default=str)  # fmt: skip
         table = metrics_table(scores.values, run=run, dataset=scores.dataset, split=scores.split)
         table = table.append_column("created_at", pa.array([created] * table.num_rows, pa.timestamp("us", tz="UTC")))
         tables.append(table.append_column("config", pa.array([config] * table.num_rows, pa.string())))
@@ -129,7 +176,8 @@ def evaluate_task(workspace: str, run: str, ks: list[int], match: str, stage_fp:
     with ws.transaction(evaluate_stage(run), fingerprint=stage_fp) as tx:
         tx.replace_source("metrics", evaluation_source(run))
         tx.write("metrics", metrics, source=evaluation_source(run))
-        report = EvaluateReport(run=run, splits=splits, metrics=metrics.num_rows, plot=plot)
+        report = EvaluateReport(run=run, splits=splits, metrics=metrics.num_rows, plot=plot,
+                                passages_version=passages.version, passages=passages.chosen)  # fmt: skip
         tx.report = report.ledger()
     return report
 
@@ -141,7 +189,7 @@ def evaluate_stage(run: str) -> str:
 
 @flow(name="evaluate")
 def evaluate_flow(run: str, ks: list[AtLeastOne] | None = None, match: AnswerMatch = "auto",
-                  workspace: str | None = None) -> EvaluateReport:  # fmt: skip
+                  passages: RunPassages = "run", workspace: str | None = None) -> EvaluateReport:  # fmt: skip
     """Evaluate RUN: answer-based R@K (micro, per relation, macro) and qrels metrics into `metrics`.
 
     Args:
@@ -149,6 +197,8 @@ def evaluate_flow(run: str, ks: list[AtLeastOne] | None = None, match: AnswerMat
         ks: Cut-offs K of R@K; empty: 1, 5, 20 and 100.
         match: How an answer matches a passage: auto (DPR's regex mode for CuratedTREC, whose
             answers are patterns, else string), string (DPR's normalized token match) or regex.
+        passages: Whose texts answers are matched in: run (the passages the run was retrieved
+            from, which an import since may have changed) or current (today's passages).
         workspace: Workspace folder; empty: $ODQA_WORKSPACE of the worker, else ./workspace.
     """
     ks = sorted(set(ks or DEFAULT_KS))
@@ -158,14 +208,15 @@ def evaluate_flow(run: str, ks: list[AtLeastOne] | None = None, match: AnswerMat
         raise ValueError(f"answer matching must be one of {MATCH_CHOICES}, got {match!r}")
     ws = Workspace.resolve(workspace)
     read_run(ws, run)  # unknown runs fail here with the list of known ones
+    scored_in = scoring_passages(ws, run, passages)
     record = ws.stage_record(run_record_stage(run))
-    stage_fp = fingerprint(evaluate_stage(run), ks, match, record.fingerprint if record else None,
-                           *(ws.table_version(t) for t in ("questions", "passages", "qrels")))  # fmt: skip
+    stage_fp = fingerprint(evaluate_stage(run), ks, match, record.fingerprint if record else None, scored_in.version,
+                           *(ws.table_version(t) for t in ("questions", "qrels")))  # fmt: skip
     done = finished_report(ws, evaluate_stage(run), stage_fp, EvaluateReport, "run, questions and passages unchanged")
     # The metrics are dropped with the run's old rows when the run is replaced: then evaluate again.
     if done is not None and overall_metrics(ws, run).num_rows:
         return done
-    report = evaluate_task(str(ws.root), run, ks, match, stage_fp)
+    report = evaluate_task(str(ws.root), run, ks, match, scored_in, stage_fp)
     publish_evaluation(run, report.plot, overall_metrics(ws, run).to_pylist())  # table + plot in the UI
     log_report(f"evaluate {run}", report)
     return report

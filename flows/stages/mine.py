@@ -70,7 +70,8 @@ def mine_questions(ws: Workspace, searcher: Searcher, questions: pa.Table, depth
     """Hard negatives of `questions` (question_id, question, answers, positive_ids): each one's top
     `depth` passages minus gold and answer-bearing ones, the best `count` kept."""
     run = pa.concat_tables(list(search_run(searcher, questions, depth)))
-    texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False)
+    texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False,
+                                   version=searcher.passages_version)  # fmt: skip
     if missing:
         raise RuntimeError(f"{missing} retrieved passages are not in the passages table; rebuild the index")
     return mine_hard_negatives(run, questions, texts, num_negatives=count, depth=depth, mode=mode)

@@ -133,7 +133,8 @@ def _search_negatives(ws: Workspace, searcher: Searcher, questions: pa.Table, co
                       depth: int) -> dict[str, list[str]]:  # fmt: skip
     """Negatives of questions no earlier search found, by their `negatives_keys`."""
     run = pa.concat_tables(list(search_run(searcher, questions, max(depth, count))))
-    texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=True)
+    texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=True,
+                                   version=searcher.passages_version)  # fmt: skip
     if missing:
         raise RuntimeError(f"{missing} passages found by BM25 are not in the passages table; rebuild the index")
     chosen = select_hard_negatives(run, questions, AnswerMatcher(texts), count=count)

@@ -130,13 +130,14 @@ def derive_positives_flow(
         wanted = pa.array([needs_positives(ids, origin) for ids, origin in zip(
             questions["positive_ids"].to_pylist(), questions["positives_from"].to_pylist(), strict=True)])  # fmt: skip
         searched = questions.filter(wanted)
+        searched_in = opened.searcher.passages_version
         with flow_run_logs():
             run = pa.concat_tables(list(search_run(opened.searcher, searched, depth))) if searched.num_rows else None
     finally:
         opened.searcher.close()
     derived: dict[str, list[str]] = {}
     if run is not None:
-        texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False)
+        texts, missing = passage_texts(ws, run.column("passage_id").to_pylist(), with_title=False, version=searched_in)
         if missing:
             raise RuntimeError(f"{missing} passages the {retriever} index found are not in the passages table; "
                                "rebuild the index")  # fmt: skip

@@ -76,6 +76,7 @@ def qsft_flow(
                            ensure_index=ensure_dense_index)  # fmt: skip
     ref: ModelRef = opened.ref  # type: ignore[assignment]
     index = opened.searcher.index  # type: ignore[attr-defined]
+    corpus = opened.searcher.passages_version  # the embeddings and texts of the index's passages
     params = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "warmup_steps": warmup_steps, "top_k": top_k,
               "seed": seed}  # fmt: skip
     stage = f"qsft-{model_id}"
@@ -93,8 +94,8 @@ def qsft_flow(
     trainee = load_retriever(ref.path)  # its own copy: the loaded model above is shared and stays as it is
     with flow_run_logs():
         result = query_side_finetune(
-            trainee, index, EncodedCorpus(dense_build(ws, ref).embeddings).vectors, questions, answers,
-            all_passage_texts(ws),
+            trainee, index, EncodedCorpus(dense_build(ws, ref, corpus).embeddings).vectors, questions, answers,
+            all_passage_texts(ws, corpus),
             QsftConfig(epochs=epochs, batch_size=batch_size, learning_rate=lr, warmup_steps=warmup_steps, top_k=top_k,
                        seed=seed, match_mode=match_mode(specs[0].dataset)),
         )  # fmt: skip

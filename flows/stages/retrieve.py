@@ -18,6 +18,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from ...models.searchers import RetrieverChoice, open_searcher
+from ...models.searchers.bm25 import open_bm25_searcher
 from ...pipelines.dense.faiss_index import applicable_params
 from ...pipelines.dense.hybrid import DEFAULT_DEPTH
 from ...pipelines.retrieval.bm25 import DEFAULT_B, DEFAULT_K1
@@ -58,6 +59,7 @@ class RetrieveReport(Report):
     questions: int
     questions_without_results: int
     rows: int
+    passages_version: str | None = None  # the passages the index was built from: its ids' texts
     batches: int | None = None  # mapped BM25 batches, when a task runner searched them
     trec: str | None = None
     trec_rows: int | None = None
@@ -97,9 +99,11 @@ def write_trec(ws: Workspace, run: str, out: str, force: bool = False) -> tuple[
 
 
 @task(name="bm25-search-batch", tags=["cpu-parallel"], cache_policy=NO_CACHE)
-def bm25_search_batch(workspace: str, questions: dict[str, list[str]], k: int, k1: float, b: float) -> pa.Table:
-    """BM25 top-k of one batch of questions (one mapped task per batch, one search thread each)."""
-    searcher = open_searcher(Workspace.resolve(workspace), RetrieverChoice(kind="bm25", k1=k1, b=b, threads=1)).searcher
+def bm25_search_batch(workspace: str, questions: dict[str, list[str]], k: int, k1: float, b: float,
+                      passages_version: str) -> pa.Table:  # fmt: skip
+    """BM25 top-k of one batch of questions (one mapped task per batch, one search thread each),
+    in the index of `passages_version`: every batch searches the passages the run started on."""
+    searcher = open_bm25_searcher(Workspace.resolve(workspace), k1=k1, b=b, threads=1, passages_version=passages_version)
     try:
         return pa.concat_tables(list(search_run(searcher, pa.table(questions), k)))
     finally:
@@ -107,18 +111,18 @@ def bm25_search_batch(workspace: str, questions: dict[str, list[str]], k: int, k
 
 
 @flow(name="bm25-retrieve-mapped")
-def bm25_mapped_flow(workspace: str, dataset: str, split: str, k: int, k1: float, b: float, batch: int
-                     ) -> list[pa.Table]:  # fmt: skip
+def bm25_mapped_flow(workspace: str, dataset: str, split: str, k: int, k1: float, b: float, batch: int,
+                     passages_version: str) -> list[pa.Table]:  # fmt: skip
     """The run rows of a split's questions, `batch` questions per task on this flow's task runner
     (threads, processes or a Dask cluster): the same rows as searching them in one process."""
     questions = load_questions(Workspace.resolve(workspace), dataset, split, ["question_id", "question"])
     chunks = [questions.slice(start, batch).to_pydict() for start in range(0, questions.num_rows, batch)]
-    return bm25_search_batch.map(workspace, chunks, k, k1, b).result()
+    return bm25_search_batch.map(workspace, chunks, k, k1, b, passages_version).result()
 
 
 @task(name="retrieve-into-runs", cache_policy=NO_CACHE)
 def retrieve_task(ws: Workspace, rows_of_run: Iterable[pa.Table], kind: str, dataset: str, split: str, run: str,
-                  k: int, config: dict[str, Any], stage_fp: str) -> RetrieveReport:  # fmt: skip
+                  k: int, config: dict[str, Any], stage_fp: str, passages_version: str) -> RetrieveReport:  # fmt: skip
     questions = load_questions(ws, dataset, split, ["question_id", "question"])
     rows = retrieved = 0
     with ws.transaction(run_record_stage(run), fingerprint=stage_fp) as tx:
@@ -132,7 +136,7 @@ def retrieve_task(ws: Workspace, rows_of_run: Iterable[pa.Table], kind: str, dat
         writer.close()
         report = RetrieveReport(run=run, retriever=kind, dataset=dataset, split=split, k=k, config=config,
                                 questions=questions.num_rows, questions_without_results=questions.num_rows - retrieved,
-                                rows=rows)  # fmt: skip
+                                rows=rows, passages_version=passages_version)  # fmt: skip
         tx.report = report.ledger()
     return report
 
@@ -156,13 +160,14 @@ def retrieve(ws: Workspace, choice: RetrieverChoice, dataset: str, split: str, r
             if runner is not None and choice.kind == "bm25":
                 mapped = bm25_mapped_flow.with_options(task_runner=runner.task_runner())
                 rows_of_run: Iterable[pa.Table] = mapped(str(ws.root), dataset, split, k, choice.k1, choice.b,
-                                                         runner.bm25_batch)  # fmt: skip
+                                                         runner.bm25_batch, opened.searcher.passages_version)  # fmt: skip
                 batches = len(rows_of_run)  # type: ignore[arg-type]
             else:
                 questions = load_questions(ws, dataset, split, ["question_id", "question"])
                 rows_of_run = search_run(opened.searcher, questions, k)
             with flow_run_logs():
-                report = retrieve_task(ws, rows_of_run, choice.kind, dataset, split, run, k, opened.config, stage_fp)
+                report = retrieve_task(ws, rows_of_run, choice.kind, dataset, split, run, k, opened.config, stage_fp,
+                                       opened.searcher.passages_version)  # fmt: skip
             report.batches = batches
     finally:
         opened.searcher.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ...pipelines.search.limits import checked_k
 from ...storage import Workspace
 from ...storage.choices import IndexType, RetrieverKind
-from ...storage.passages import passages_by_id
+from ...storage.passages import passages_by_id_at
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class SearchSession:
         """Top-k passages (rank, score, passage_id, title, text) for each free-text question."""
         checked_k(k)
         ranked = self.searcher.search(list(questions), k).ranked()
-        texts = passages_by_id(self.ws, sorted({pid for found in ranked for pid, _ in found}))
+        texts = passages_by_id_at(self.ws, sorted({pid for found in ranked for pid, _ in found}),
+                                  self.searcher.passages_version)  # fmt: skip
         return [SearchHit(question, rank, score, pid, *texts.get(pid, (None, None)))
                 for question, found in zip(questions, ranked, strict=True)
                 for rank, (pid, score) in enumerate(found, start=1)]  # fmt: skip

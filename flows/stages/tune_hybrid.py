@@ -64,7 +64,8 @@ def _dev_candidates(ws: Workspace, searcher: HybridSearcher, spec: DatasetSpec) 
         ids = chunk.column("question_id").cast(pa.string()).combine_chunks()
         found = found.set_column(0, "question_id", ids.take(pc.cast(found.column("question_id"), pa.int64())))
         answers = dict(zip(ids.to_pylist(), chunk.column("answers").to_pylist(), strict=True))
-        texts, _ = passage_texts(ws, found.column("passage_id").to_pylist(), with_title=False)
+        texts, _ = passage_texts(ws, found.column("passage_id").to_pylist(), with_title=False,
+                                 version=searcher.passages_version)  # fmt: skip
         hits.append(candidate_hits(found, answers, texts, match_mode(spec.dataset)))
         # Question ids of different dev sets may collide; keep them apart.
         candidates.append(found.set_column(0, "question_id",

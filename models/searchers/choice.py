@@ -87,7 +87,8 @@ def open_searcher(ws: Workspace, choice: RetrieverChoice, *, ensure_index: Index
               **dense.describe()}  # fmt: skip
     if choice.kind == "dense":
         return OpenSearcher(dense, config, ref)
-    sparse = open_bm25_searcher(ws, k1=choice.k1, b=choice.b, threads=choice.threads)
+    sparse = open_bm25_searcher(ws, k1=choice.k1, b=choice.b, threads=choice.threads,
+                                passages_version=dense.passages_version)  # fmt: skip
     hybrid = HybridSearcher(dense, sparse, alpha, choice.depth)  # type: ignore[arg-type]
     config = {**config, "alpha": alpha, "depth": choice.depth, "bm25": sparse.describe()}
     return OpenSearcher(hybrid, config, ref)

@@ -59,6 +59,10 @@ class Bm25Searcher:
                      for entry in results.entrySet().toArray()}  # fmt: skip
         return Hits.from_ranked([found.get(qid, []) for qid in qids])
 
+    @property
+    def passages_version(self) -> str:
+        return self.index.snapshot
+
     def describe(self) -> dict[str, Any]:
         return {"k1": self.k1, "b": self.b, "index_snapshot": self.index.snapshot}
 

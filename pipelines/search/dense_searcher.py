@@ -31,6 +31,10 @@ class DenseSearcher:
         vectors = self.encoder.encode_questions(list(questions), batch_size=self.batch_size, show_progress=False)
         return Hits.from_run(self.index.search_run(vectors, k, positions(len(questions))), len(questions))
 
+    @property
+    def passages_version(self) -> str:
+        return self.index.meta.corpus_fingerprint
+
     def describe(self) -> dict[str, Any]:
         meta = self.index.meta
         return {"index_type": meta.index_type, "index_model_fingerprint": meta.model_fingerprint,

@@ -31,7 +31,14 @@ class HybridSearcher:
     def __init__(self, dense: Searcher, sparse: Searcher, alpha: float, depth: int = DEFAULT_DEPTH) -> None:
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
+        if dense.passages_version != sparse.passages_version:  # fused ids would name two corpora's passages
+            raise ValueError(f"the dense index is of passages {dense.passages_version} and the BM25 index of "
+                             f"passages {sparse.passages_version}: a hybrid fuses indexes of the same passages")  # fmt: skip
         self.dense, self.sparse, self.alpha, self.depth = dense, sparse, float(alpha), depth
+
+    @property
+    def passages_version(self) -> str:
+        return self.dense.passages_version
 
     def candidates(self, questions: Sequence[str], k: int = 0) -> pa.Table:
         """The fused-ready candidates (`fusion_candidates`) of the questions, keyed by position:

@@ -21,6 +21,12 @@ class Searcher(Protocol):
 
     kind: RetrieverKind
 
+    @property
+    def passages_version(self) -> str:
+        """The passages table version its index was built from: the texts its passage ids name
+        are that version's (a later import may have changed them)."""
+        ...
+
     def search(self, questions: Sequence[str], k: int) -> Hits:
         """The top `k` passages of each question, best first."""
         ...

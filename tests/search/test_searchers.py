@@ -25,8 +25,9 @@ class WordOverlap:
 
     kind = "overlap"
 
-    def __init__(self, weight: float = 1.0) -> None:
+    def __init__(self, weight: float = 1.0, passages_version: str = "v1") -> None:
         self.weight = weight
+        self.passages_version = passages_version
         self.calls: list[int] = []
 
     def search(self, questions: Sequence[str], k: int) -> Hits:
@@ -81,6 +82,13 @@ def test_hybrid_search_is_taser_fusion_of_both_sides() -> None:
     assert hybrid.describe() == {"weight": 1.0, "alpha": 0.7, "depth": 3, "bm25": {"weight": 3.0}}
     with pytest.raises(ValueError, match="alpha must be >= 0"):
         HybridSearcher(dense, sparse, alpha=-1)
+    assert hybrid.passages_version == "v1"
+
+
+def test_a_hybrid_refuses_indexes_of_two_passages_versions() -> None:
+    """Fused ids must all name passages of one corpus: their texts are read from that version."""
+    with pytest.raises(ValueError, match="dense index is of passages v1 and the BM25 index of passages v2"):
+        HybridSearcher(WordOverlap(1.0), WordOverlap(3.0, passages_version="v2"), alpha=0.5)
 
 
 def test_freshness_is_decided_from_fingerprints() -> None:

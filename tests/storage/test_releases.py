@@ -198,3 +198,32 @@ def test_a_release_an_older_odqa_published_names_no_passages_files(workspace: Wo
     record = {"format": 2, "release": "20260101T000000000000Z-v1", "passages_version": "v1", "bm25": "bm25/v1",
               "dense": [], "default_model": None, "created_at": "2026-01-01T00:00:00+00:00"}  # fmt: skip
     assert Release.from_json(record).passages_files == []
+
+
+def test_texts_are_read_from_the_passages_version_asked_for(workspace: Workspace) -> None:
+    """What answer matching reads (`passage_texts(version=...)`): that version's texts wherever
+    they still are (the current snapshot, a recent one, a kept release's pins), its files kept
+    while they are read, and an error once no snapshot or release has them."""
+    from odqa.storage.passages import all_passage_texts, passage_texts
+    from odqa.storage.read_leases import TableVersionGone
+
+    v1 = _commit_passages(workspace, [("1", "born in Warsaw"), ("2", "the Seine")])
+    assert passage_texts(workspace, ["1", "2", "9"], with_title=True, version=v1) == (
+        {"1": "T\nborn in Warsaw", "2": "T\nthe Seine"}, 1)
+    v2 = _commit_passages(workspace, [("1", "two Nobel prizes")])
+    assert passage_texts(workspace, ["1", "2"], with_title=False, version=v1) == (
+        {"1": "born in Warsaw", "2": "the Seine"}, 0)  # a recent snapshot's
+    assert passage_texts(workspace, ["1", "2"], with_title=False, version=None) == ({"1": "two Nobel prizes"}, 1)
+    assert all_passage_texts(workspace, v2) == {"1": "two Nobel prizes"}
+    fake_bm25(workspace, v1)
+    publish(workspace, v1)
+    for round_ in range(4):  # no recent snapshot has v1 any more; its release pins it
+        _commit_passages(workspace, [("1", f"round {round_}")])
+    assert all_passage_texts(workspace, v1) == {"1": "born in Warsaw", "2": "the Seine"}
+    newest = workspace.table_version("passages")
+    fake_bm25(workspace, newest)
+    publish(workspace, newest, keep=1)
+    _commit_passages(workspace, [("9", "another source")], source="other")
+    with pytest.raises(TableVersionGone, match=f"version {v1} is no longer in"):
+        passage_texts(workspace, ["1"], with_title=False, version=v1)
+    assert passage_texts(workspace, ["1"], with_title=False, version=newest) == ({"1": "round 3"}, 0)
