@@ -23,6 +23,7 @@ Everything is undone when the command ends (``TerminalSession.close``), so in-pr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -41,6 +42,7 @@ RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 # Long-running services whose INFO records are what their operator watches (`odqa serve`:
 # releases loaded, switched, freed, failed to load).
 SERVICE_LOGGERS = ("odqa.serve",)
+BACKLOG_TIMEOUT_S = 10.0  # the longest a command's end waits for Prefect's queued events and logs
 
 
 def workspace_root(chosen: str | None) -> Path:
@@ -126,6 +128,7 @@ class TerminalSession:
         os.environ[name] = value
 
     def close(self) -> None:
+        _send_prefect_backlog(BACKLOG_TIMEOUT_S)
         root = logging.getLogger()
         for logger, handler in self.handlers:
             logger.removeHandler(handler)
@@ -149,6 +152,24 @@ class TerminalSession:
 
     def log_written(self) -> bool:
         return self.log_path.is_file() and self.log_path.stat().st_size > 0
+
+
+def _send_prefect_backlog(timeout_s: float) -> None:
+    """Send what Prefect still queues for its server (the events of this call's flow runs, their
+    log records) while this call's handlers are attached. Left to the interpreter's exit, a
+    backlog makes Prefect warn "Still processing items: N items remaining..." through logging's
+    last resort, onto a terminal this module keeps for the command's own lines. Not from inside a
+    running event loop (an async caller drains its own)."""
+    if "prefect.events.worker" not in sys.modules:
+        return
+    try:
+        asyncio.get_running_loop()
+        return
+    except RuntimeError:
+        pass
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=timeout_s, at_exit=False)  # every queue service's instances
 
 
 def open_session(workspace: Path, verbose: bool) -> TerminalSession:

@@ -37,7 +37,7 @@ from ...storage.questions import EVALUATION_COLUMNS, load_questions, questions_w
 from ...storage.read_leases import TableVersionGone
 from ...storage.reports import Report
 from ...storage.runs import evaluation_source, read_run, run_passages_version, run_record_stage
-from ...storage.snapshot import HISTORY_KEEP
+from ...storage.tables import KEEP_SNAPSHOTS
 from ..plumbing.artifacts import publish_evaluation
 from ..plumbing.bounds import AtLeastOne
 from ..plumbing.report_text import log_report
@@ -116,9 +116,10 @@ def run_texts(ws: Workspace, run: str, passage_ids: list[str], passages: Scoring
     except TableVersionGone:
         raise TableVersionGone(
             f"run {run!r} was retrieved from passages {passages.version}, whose files are no longer in {ws.root}: the "
-            f"passages are now {ws.table_version('passages')}, and odqa keeps older passages only for {HISTORY_KEEP} "
-            f"commits and for published releases. Retrieve the run again, or match its answers in the current "
-            f"passages' texts: odqa evaluate --run {run} --passages current"
+            f"passages are now {ws.table_version('passages')}, and odqa keeps an older version's files only through "
+            f"{KEEP_SNAPSHOTS} later commits (imports, runs, evaluations) or while a kept release serves it. Retrieve "
+            f"the run again, or match its answers in the current passages' texts: odqa evaluate --run {run} "
+            "--passages current"
         ) from None  # fmt: skip
 
 

@@ -248,3 +248,33 @@ def test_demo_terminal_drops_finished_loops_and_spaces_running_ones(tmp_path: Pa
     assert len(shown) == 1 and shown[0].startswith("ingest: 1/10 items")
     log = (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
     assert log.count("| done") == 3 and log.count("odqa.progress") == 33
+
+
+SLOW_BACKLOG = """
+import sys, time
+from pathlib import Path
+from prefect._internal.concurrency.services import QueueService
+import prefect.events.worker  # what a flow run imports; the command's end sends what it queued
+from odqa.flows.cli.terminal import open_session
+
+class SlowSender(QueueService[int]):  # as Prefect's EventsWorker, with a slow server
+    async def _handle(self, item: int) -> None:
+        time.sleep(1.5)
+
+session = open_session(Path(sys.argv[1]), verbose=False)
+for item in range(3):
+    SlowSender.instance().send(item)
+session.close()
+print("closed")
+"""
+
+
+def test_what_prefect_still_queues_is_sent_before_the_command_ends(tmp_path: Path) -> None:
+    """Left for the interpreter's exit, Prefect's queue services warn "Still processing items: N
+    items remaining..." through logging's last resort: onto the terminal, after the command's own
+    last line. The session sends them while its handlers hold: the warning goes to the log file."""
+    ran = subprocess.run([sys.executable, "-c", SLOW_BACKLOG, str(tmp_path / "ws")], capture_output=True, text=True,
+                         timeout=120, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "closed\n" and ran.stderr == "", ran.stderr
+    assert "Still processing items" in (tmp_path / "ws" / "logs" / "odqa.log").read_text(encoding="utf-8")
