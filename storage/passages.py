@@ -64,10 +64,12 @@ def passages_with_ids(ws: Workspace, passage_ids: Sequence[str] | pa.Array | Non
     return read_table(ws.root, snapshot, "passages", columns=PASSAGE_COLUMNS, filter=selector)
 
 
-def known_passage_count(ws: Workspace, passage_ids: Sequence[str]) -> int:
-    """How many of the distinct `passage_ids` the passages table holds (reads their ids only)."""
+def known_passage_count(ws: Workspace, passage_ids: Sequence[str], snapshot: Snapshot | None = None) -> int:
+    """How many of the distinct `passage_ids` the passages table holds (reads their ids only;
+    in `snapshot` when given, else the current one)."""
     wanted = pa.array(sorted(set(passage_ids)), pa.string())
-    return ws.read_table("passages", columns=["passage_id"], filter=pc.field("passage_id").isin(wanted)).num_rows
+    return ws.read_table("passages", columns=["passage_id"], filter=pc.field("passage_id").isin(wanted),
+                         snapshot=snapshot).num_rows  # fmt: skip
 
 
 def passages_by_id(ws: Workspace, passage_ids: Sequence[str] | pa.Array | None,

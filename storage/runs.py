@@ -8,6 +8,8 @@ retriever and parameters), shown beside its metrics.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -31,17 +33,26 @@ def run_record_stage(run: str) -> str:
     return f"run:{run}"
 
 
-def run_passages_version(ws: Workspace, run: str) -> str | None:
-    """The passages version a run was retrieved from (its passage ids name that version's
-    passages), from its stage record; None for an imported run, whose passages are unknown.
+@dataclass(frozen=True)
+class RunOrigin:
+    """Which passages a run's ids name, and how odqa got the run."""
+
+    passages_version: str | None  # None: unknown (a run imported before imports recorded it)
+    imported: bool  # read from a run file (`odqa import run`), not retrieved by odqa
+
+
+def run_origin(ws: Workspace, run: str) -> RunOrigin:
+    """The passages version a run's ids name, from its stage record: the version a retrieved run
+    was searched in, or the one an imported run's ids were checked against when it was imported.
     Runs retrieved before the record named it carry it in their searcher's config."""
     record = ws.stage_record(run_record_stage(run))
     report = record.report if record else {}
+    imported = str(report.get("retriever", "")).startswith("imported")
     if report.get("passages_version"):
-        return str(report["passages_version"])
+        return RunOrigin(str(report["passages_version"]), imported)
     config = report.get("config") or {}
     found = config.get("index_corpus") or config.get("index_snapshot")  # dense (and hybrid) / BM25
-    return str(found) if found else None
+    return RunOrigin(str(found) if found else None, imported)
 
 
 def known_runs(ws: Workspace) -> list[str]:

@@ -3,9 +3,10 @@
 A run is evaluated on every dataset split its questions belong to, over all questions of that
 split (`pipelines.evaluation.run_scores`). Qrels metrics use the `qrels` table when it has
 judgments for the split, else the questions' `positive_ids` (binary). Answers are matched in the
-texts of the passages the run was retrieved from (its ids name those passages; an import since
-may have changed them), or in the current passages when asked or when the run was imported. The
-plot of R@K against K goes to `<workspace>/plots/`, and an artifact with the figures to the flow run.
+texts of the passages the run's ids name (an import since may have changed them): those it was
+retrieved from or, for an imported run, those its ids were checked against at its import; or in
+the current passages when asked. The plot of R@K against K goes to `<workspace>/plots/`, and an
+artifact with the figures to the flow run.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ...storage.passages import passage_texts
 from ...storage.questions import EVALUATION_COLUMNS, load_questions, questions_with_ids, relevance_judgments
 from ...storage.read_leases import TableVersionGone
 from ...storage.reports import Report
-from ...storage.runs import evaluation_source, read_run, run_passages_version, run_record_stage
+from ...storage.runs import evaluation_source, read_run, run_origin, run_record_stage
 from ...storage.tables import KEEP_SNAPSHOTS
 from ..plumbing.artifacts import publish_evaluation
 from ..plumbing.bounds import AtLeastOne
@@ -90,22 +91,33 @@ class ScoringPassages:
 
     version: str
     chosen: str
+    imported: bool = False  # the version is the one an imported run's ids were checked against
+
+    @property
+    def origin(self) -> str:
+        return _origin_words(self.imported)
+
+
+def _origin_words(imported: bool) -> str:
+    """How a run came to name its passages, for the messages that cite them."""
+    return "imported against" if imported else "retrieved from"
 
 
 def scoring_passages(ws: Workspace, run: str, passages: RunPassages = "run") -> ScoringPassages:
-    """The passages a run is scored in: those it was retrieved from (`run`), else (`current`, or
-    an imported run, whose passages are unknown) the current ones."""
+    """The passages a run is scored in: those its ids name (`run`: the passages it was retrieved
+    from, or those an imported run was checked against at its import), else (`current`, or a run
+    imported before imports recorded them) the current ones."""
     if passages not in RUN_PASSAGES:
         raise ValueError(f"passages must be one of {RUN_PASSAGES}, got {passages!r}")
     current = ws.table_version("passages")
     if passages == "current":
         return ScoringPassages(current, "the current passages, as asked")
-    version = run_passages_version(ws, run)
-    if version is None:
+    origin = run_origin(ws, run)
+    if origin.passages_version is None:
         return ScoringPassages(current, "the current passages (an imported run: its passages are unknown)")
-    if version == current:
-        return ScoringPassages(version, "the passages the run was retrieved from (the current ones)")
-    return ScoringPassages(version, f"the passages the run was retrieved from (the current ones are {current})")
+    now = "the current ones" if origin.passages_version == current else f"the current ones are {current}"
+    return ScoringPassages(origin.passages_version, f"the passages the run was {_origin_words(origin.imported)} ({now})",
+                           origin.imported)  # fmt: skip
 
 
 def run_texts(ws: Workspace, run: str, passage_ids: list[str], passages: ScoringPassages) -> tuple[dict[str, str], int]:
@@ -114,11 +126,13 @@ def run_texts(ws: Workspace, run: str, passage_ids: list[str], passages: Scoring
     try:
         return passage_texts(ws, passage_ids, with_title=False, version=passages.version)
     except TableVersionGone:
+        again = ("Import the run again (its ids are then checked against the current passages)" if passages.imported
+                 else "Retrieve the run again")  # fmt: skip
         raise TableVersionGone(
-            f"run {run!r} was retrieved from passages {passages.version}, whose files are no longer in {ws.root}: the "
-            f"passages are now {ws.table_version('passages')}, and odqa keeps an older version's files only through "
-            f"{KEEP_SNAPSHOTS} later commits (imports, runs, evaluations) or while a kept release serves it. Retrieve "
-            f"the run again, or match its answers in the current passages' texts: odqa evaluate --run {run} "
+            f"run {run!r} was {passages.origin} passages {passages.version}, whose files are no longer in {ws.root}: "
+            f"the passages are now {ws.table_version('passages')}, and odqa keeps an older version's files only "
+            f"through {KEEP_SNAPSHOTS} later commits (imports, runs, evaluations) or while a kept release serves it. "
+            f"{again}, or match its answers in the current passages' texts: odqa evaluate --run {run} "
             "--passages current"
         ) from None  # fmt: skip
 

@@ -98,3 +98,49 @@ def test_a_run_is_scored_in_the_passages_it_was_retrieved_from(cli, java: None, 
     assert "--passages current" in refused.output
     assert "bm25-toy vs bm25-today" in cli(*w, "compare", "bm25-toy", "bm25-today", "--k", "1", "--passages",
                                            "current").output  # fmt: skip
+
+
+def test_an_imported_run_is_scored_in_the_passages_its_ids_were_checked_against(cli, tmp_path: Path) -> None:
+    """An imported run's ids are checked against the passages at its import: later imports do
+    not change its figures, and importing the file again checks them against the new passages."""
+    ws = tmp_path / "ws"
+    passages, qas = write_inputs(tmp_path)
+    w = ("-w", str(ws))
+    cli(*w, "import", "passages", "--format", "dpr-tsv", str(passages))
+    cli(*w, "import", "questions", "--format", "dpr-qas", "--dataset", "toy", "--split", "test", str(qas))
+    ids = {r["question"]: r["question_id"] for r in sql(cli, ws, "SELECT question, question_id FROM questions")}
+    q3 = ids["Which composer wrote the opera Glass Tides?"]
+    trec = tmp_path / "external.trec"
+    trec.write_text(f"{q3} Q0 5 1 9.5 external\n{q3} Q0 6 2 8.0 external\n", encoding="utf-8")
+    out = cli(*w, "import", "run", str(trec), "--run", "ext").output
+    checked_against = passages_version(ws)
+    assert Workspace.open_existing(str(ws)).stage_record("run:ext").report["passages_version"] == checked_against
+    assert "passages_version: " + checked_against in out
+    hits = "SELECT value FROM metrics WHERE run = 'ext' AND metric = 'R@1' AND \"group\" = ''"
+    cli(*w, "evaluate", "--run", "ext", "--k", "1")
+    assert [r["value"] for r in sql(cli, ws, hits)] == [pytest.approx(1 / 5)]  # q3 of the 5 questions
+
+    changed = [(i, "The opera Glass Tides was written in 1911." if i == "5" else text, title)
+               for i, text, title in PASSAGES]  # fmt: skip
+    passages.write_text("id\ttext\ttitle\n" + "".join(f"{i}\t{t}\t{title}\n" for i, t, title in changed))
+    cli(*w, "import", "passages", "--format", "dpr-tsv", "--replace", str(passages))
+    now = passages_version(ws)
+    out = cli(*w, "evaluate", "--run", "ext", "--k", "1").output
+    assert "no-op" in out  # scored in the passages it was imported against, as before
+    out = cli(*w, "evaluate", "--run", "ext", "--k", "1", "--passages", "current").output
+    assert [r["value"] for r in sql(cli, ws, hits)] == [0.0]
+    cli(*w, "evaluate", "--run", "ext", "--k", "1")
+    assert [r["value"] for r in sql(cli, ws, hits)] == [pytest.approx(1 / 5)]
+
+    # no snapshot or release keeps them four commits later: refused, saying how on
+    commit_question_sets(cli, ws, tmp_path, 1, 4)
+    refused = cli(*w, "evaluate", "--run", "ext", "--k", "1", ok=False)
+    assert f"run 'ext' was imported against passages {checked_against}, whose files are no longer" in refused.output
+    assert "Import the run again (its ids are then checked against the current passages)" in refused.output
+    # importing the same file again is no no-op now: its ids are checked against today's passages
+    out = cli(*w, "import", "run", str(trec), "--run", "ext").output
+    assert "no-op" not in out and "passages_version: " + now in out
+    out = cli(*w, "evaluate", "--run", "ext", "--k", "1").output
+    assert f"the passages the run was imported against (the current ones): version {now}" in out
+    assert [r["value"] for r in sql(cli, ws, hits)] == [0.0]
+    assert "no-op" in cli(*w, "import", "run", str(trec), "--run", "ext").output
