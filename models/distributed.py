@@ -91,3 +91,13 @@ def main_decides(flag: bool, context: DistributedContext) -> bool:
     tensor = torch.tensor([1 if flag else 0], device=context.device, dtype=torch.int32)
     dist.broadcast(tensor, src=0)
     return bool(tensor.item())
+
+
+def any_rank(flag: bool, context: DistributedContext) -> bool:
+    """Whether `flag` holds on some rank, told to every rank: a step one rank must skip (its
+    loss is not finite) is skipped by all, or the ranks' weights would part ways."""
+    if not context.enabled:
+        return flag
+    tensor = torch.tensor([1 if flag else 0], device=context.device, dtype=torch.int32)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())

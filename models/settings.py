@@ -42,7 +42,7 @@ class Cli:
 class Settings(BaseModel):
     """Fingerprint rule shared by the settings models (see the module docstring)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # an lr of inf trains to nan losses
 
     not_fingerprinted: ClassVar[frozenset[str]] = frozenset()
     earlier_defaults: ClassVar[dict[str, Any]] = {}  # field -> its default before the current one

@@ -12,6 +12,10 @@
   pickle, every `checkpoint_minutes` of wall time (default 10), every `checkpoint_every` steps
   if given, and at the end; only the latest is kept. Given the same data, config and seed,
   N steps + resume + N steps equals 2N steps straight through on CPU.
+- A step whose loss or gradient norm is not finite is not applied (it would write nan into the
+  weights and AdamW's moments). In full precision or bf16 the run then stops with
+  `TrainingDiverged`, naming the step and the settings to change; under fp16 the loss scaler
+  skips overflowing steps itself, and the run stops after `MAX_SKIPPED_STEPS` in a row.
 - Progress (`pipelines.progress`): a bar on a terminal, rate-limited log records off it, with
   loss, learning rate and examples/s; at every step the same figures go to the checkpoint's
   `log` (the `training_log` table once the model is registered, and the loss curve of the train
@@ -21,6 +25,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import re
 import shutil
@@ -38,6 +43,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..pipelines.cpu_features import cpu_has_bf16_units
+from ..pipelines.dense.divergence import TrainingDiverged
 from ..pipelines.progress import Progress
 from ..storage.atomic import atomic_write_json, replace_directory
 from .base import WEIGHTS_NAME, Retriever, load_weights
@@ -46,6 +52,7 @@ from .data import Batch, MultiSetSampler, StoredPassageTokens, TrainingExample, 
 from .dev_eval import DevEvaluator
 from .distributed import (
     DistributedContext,
+    any_rank,
     barrier,
     gather_with_local_grad,
     init_distributed,
@@ -57,6 +64,9 @@ from .settings import TrainSettings
 from .training_state import CHECKPOINT_DIR, is_checkpoint, read_training_files, write_training_files
 
 SNAPSHOT_FILE = "snapshot.json"  # in each snapshot folder: step, elapsed_s, cpu_s, examples, precision
+# fp16 steps the loss scaler may skip in a row: each halves its scale, from 2**16 down to 2**-8,
+# where even a tiny gradient overflows only because the weights or the loss already are inf/nan.
+MAX_SKIPPED_STEPS = 24
 
 
 class TrainingConfig(TrainSettings):
@@ -276,16 +286,46 @@ def optimizer_step(
     scaler: torch.amp.GradScaler,
     learning_rate: float,
     max_grad_norm: float,
-) -> None:
-    """Set the learning rate, unscale, clip the global norm of the optimizer's gradients, update."""
+    loss_finite: bool = True,
+) -> tuple[bool, float]:
+    """Set the learning rate, unscale, clip the global norm of the optimizer's gradients, update.
+
+    Returns whether the update was applied and the gradients' norm before clipping. An update
+    is left out when the norm or the loss (`loss_finite`, every rank's) is not finite; under
+    fp16 the scaler decides from the gradients, and lowers its scale when it skips. Under DDP
+    the gradients are all-reduced before this, so every rank sees the same norm."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate * group.get("lr_scale", 1.0)
     scaler.unscale_(optimizer)
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
     if max_grad_norm > 0:
-        parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
+        norm = nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    else:
+        norm = nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
+    norm_value = float(norm)
+    if scaler.is_enabled():
+        scale = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss_finite and scaler.get_scale() >= scale, norm_value
+    if not (loss_finite and math.isfinite(norm_value)):
+        return False, norm_value
+    optimizer.step()
+    return True, norm_value
+
+
+def diverged_message(step: int, total: int, loss: float, norm: float, config: TrainingConfig,
+                     previous_loss: float | None, precision: str, skipped: int = 1) -> str:  # fmt: skip
+    """Why training stopped at `step` (1-based), and what to change: what a user reads instead
+    of a model registered with a loss of nan."""
+    before = f" (the step before: {previous_loss:.4g})" if previous_loss is not None else ""
+    fp16 = f" the fp16 loss scaler skipped {skipped} steps in a row;" if skipped > 1 else ""
+    amp = f", or train with --amp none (now {precision})" if precision != "float32" else ""
+    return (
+        f"training diverged at step {step} of {total}:{fp16} the loss is {loss:.4g}{before} and the gradients' "
+        f"norm {norm:.4g}. That update was not applied and no model is registered. Lower --lr (now "
+        f"{config.lr:g}){amp}; a run with other settings starts over"
+    )
 
 
 class Trainer:
@@ -374,7 +414,7 @@ class Trainer:
         epoch_order = self.data.epoch_order(state["epoch"])
         bar = Progress(total, f"train {model.arch}", "step", initial=state["step"],
                        enabled=config.progress and context.is_main)  # fmt: skip
-        started, seen, last_loss = time.perf_counter(), 0, float("nan")
+        started, seen, last_loss, skipped = time.perf_counter(), 0, float("nan"), 0
         cpu_started = time.process_time()
         elapsed_before, cpu_before = state["elapsed_s"], state["cpu_s"]
         last_checkpoint = time.monotonic()
@@ -400,7 +440,13 @@ class Trainer:
                     step_loss += loss_value / config.accumulation_steps
                     seen += micro
                 learning_rate = config.lr * schedule.factor(state["step"])
-                optimizer_step(optimizer, scaler, learning_rate, config.max_grad_norm)
+                loss_finite = not any_rank(not math.isfinite(step_loss), context)
+                applied, norm = optimizer_step(optimizer, scaler, learning_rate, config.max_grad_norm, loss_finite)
+                skipped = 0 if applied else skipped + 1
+                if skipped and (not scaler.is_enabled() or skipped >= MAX_SKIPPED_STEPS):
+                    previous = state["log"][-1]["loss"] if state["log"] else None
+                    raise TrainingDiverged(diverged_message(state["step"] + 1, total, step_loss, norm, config,
+                                                            previous, state["precision"], skipped))  # fmt: skip
                 state["step"] += 1
                 last_loss = step_loss
                 session_s = time.perf_counter() - started

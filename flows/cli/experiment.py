@@ -10,6 +10,7 @@ import click
 from ...models.config import CHECKPOINT_ARCHS
 from ...models.settings import RetrieverSettings
 from .groups import SIGNIFICANCE, main, workspace_arg
+from .numbers import FiniteRange
 from .recipe import echo_scores, recipe_arguments, recipe_options
 from .settings_options import settings_options
 
@@ -90,7 +91,7 @@ def dual_encoders(ctx: click.Context, archs: str, reference: str, name: str, rou
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Training rounds per model (TASER App. B: 2).")
 @settings_options(RetrieverSettings, only=["routing"])
-@click.option("--holdout", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
+@click.option("--holdout", type=FiniteRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
               show_default=True, help="Fraction of the training questions held out to tune the hybrid weight on.")
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Also tune and evaluate each dense model's hybrid with BM25 (--no-hybrid: no hold-out either).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .groups import INDEX_TYPES, MODEL_HELP, index_group, workspace_arg
+from .numbers import FiniteRange
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
 
@@ -18,7 +19,7 @@ from .runner_options import runner_options, runner_settings
 @click.option("--pq-m", type=click.IntRange(min=1), default=None, help="PQ sub-quantizers (default dim/8).")
 @click.option("--shards-per-part", type=click.IntRange(min=1), default=None,
               help="Split the index into parts of this many embedding shards (searched with a top-k merge).")  # fmt: skip
-@click.option("--memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--memory-gb", type=FiniteRange(min=0, min_open=True), default=None,
               help="Memory budget of the build: parts sized to fit it, refused when none can (see `index plan`).")
 @runner_options
 @click.pass_context
@@ -41,7 +42,7 @@ def index_build(ctx: click.Context, model: str, index_type: str, hnsw_m: int | N
 @click.option("--dim", type=click.IntRange(min=1), required=True, help="Embedding dimension.")
 @click.option("--type", "index_type", type=click.Choice(INDEX_TYPES), default=None,
               help="One index type (default: all three).")  # fmt: skip
-@click.option("--memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--memory-gb", type=FiniteRange(min=0, min_open=True), default=None,
               help="Memory budget: parts sized to fit it, or refused.")
 @click.option("--hnsw-m", type=click.IntRange(min=4), default=None, help="HNSW links per node (default 64).")
 @click.option("--nlist", type=click.IntRange(min=1), default=None, help="IVF cells (default ~4 sqrt(n)).")

@@ -7,6 +7,7 @@ import click
 
 from ...storage.choices import TREX_SPLITS
 from .groups import questions_group, workspace_arg
+from .numbers import FiniteRange
 from .report import echo_report
 
 WIKIDATA = "https://query.wikidata.org/sparql"
@@ -31,7 +32,7 @@ WIKIDATA = "https://query.wikidata.org/sparql"
 @click.option("--analysis-per-relation", type=click.IntRange(min=0), default=300, show_default=True)
 @click.option("--page-size", type=click.IntRange(min=1), default=1000, show_default=True, help="SPARQL rows per request.")
 @click.option("--retries", type=click.IntRange(min=0), default=5, show_default=True, help="SPARQL retries per request (429/5xx/timeouts).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="SPARQL request timeout, seconds.")
+@click.option("--timeout", type=FiniteRange(min=0, min_open=True), default=120.0, show_default=True, help="SPARQL request timeout, seconds.")
 @click.option("--user-agent", default=None,
               help="User-Agent for SPARQL requests; Wikidata asks for one naming the tool and a contact.")
 @click.pass_context
@@ -76,7 +77,7 @@ def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, se
 @questions_group.command("holdout")
 @click.option("--dataset", required=True, help="Dataset of the training questions.")
 @click.option("--split", required=True, help="The training split, e.g. train (it stays as it was).")
-@click.option("--fraction", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
+@click.option("--fraction", type=FiniteRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
               show_default=True, help="Share of the questions held out; the rest are trained on.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Which questions are held out (with their ids).")
 @click.option("--fit-split", default=None, help="Name of the split trained on (default: SPLIT-fit).")

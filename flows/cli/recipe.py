@@ -21,6 +21,7 @@ from .groups import (
     parse_cutoffs,
     workspace_arg,
 )
+from .numbers import FiniteRange
 from .settings_options import settings_from, settings_options
 
 RECIPE_OPTIONS = [
@@ -76,7 +77,7 @@ def echo_scores(rows: list[dict[str, Any]]) -> None:
               help=f"Name of the recipe; round r's model is MODEL_ID-round<r>. {NAME_RULE_HELP}")
 @click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
               help="Trainings in all: round 1 on BM25 negatives, each later one on negatives mined by the previous.")
-@click.option("--holdout", type=click.FloatRange(min=0, max=1, max_open=True), default=0.1, show_default=True,
+@click.option("--holdout", type=FiniteRange(min=0, max=1, max_open=True), default=0.1, show_default=True,
               help="Fraction of the training questions held out (not trained on) to tune the hybrid weight on.")
 @click.option("--hybrid/--no-hybrid", default=True, show_default=True,
               help="Tune alpha on the held-out questions and evaluate the hybrid with BM25.")

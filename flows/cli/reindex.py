@@ -6,6 +6,7 @@ import click
 
 from ..compositions.incoming import SETTLE_SECONDS
 from .groups import INDEX_TYPES, MODEL_HELP, PASSAGE_FORMATS, main, workspace_arg
+from .numbers import FiniteRange
 from .report import echo_report
 from .runner_options import runner_options, runner_settings
 
@@ -31,13 +32,13 @@ from .runner_options import runner_options, runner_settings
 @click.option("--drop-model", "drop_models", multiple=True, metavar="MODEL",
               help="Publish without this dense model (repeatable; refused while a running `odqa serve` answers "
                    "with it).")
-@click.option("--wait-seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--wait-seconds", type=FiniteRange(min=0), default=0.0, show_default=True,
               help="Wait this long for a running re-index (and, with files to take, for a running "
                    "`odqa import passages`) before refusing.")
 @click.option("--keep", type=click.IntRange(min=1), default=3, show_default=True, help="Releases kept.")
-@click.option("--settle-seconds", type=click.FloatRange(min=0), default=SETTLE_SECONDS, show_default=True,
+@click.option("--settle-seconds", type=FiniteRange(min=0), default=SETTLE_SECONDS, show_default=True,
               help="Without --dump/--passages: take a file of incoming/ once unchanged for this long.")
-@click.option("--memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--memory-gb", type=FiniteRange(min=0, min_open=True), default=None,
               help="Memory budget of the FAISS build (see `odqa index plan`).")
 @runner_options
 @click.pass_context

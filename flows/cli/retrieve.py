@@ -14,6 +14,7 @@ from .groups import (
     passages_per_question,
     workspace_arg,
 )
+from .numbers import FiniteRange
 from .report import echo_report
 
 
@@ -25,11 +26,11 @@ from .report import echo_report
               help=f"Name of the run (replaces an earlier run of that name). {NAME_RULE_HELP}")
 @click.option("--k", type=int, default=100, show_default=True, callback=passages_per_question,
               help="Passages per question (at most $ODQA_MAX_K, default 10,000).")  # fmt: skip
-@click.option("--k1", type=click.FloatRange(min=0), default=0.9, show_default=True, help="BM25 k1.")
-@click.option("--b", type=click.FloatRange(min=0, max=1), default=0.4, show_default=True, help="BM25 b.")
+@click.option("--k1", type=FiniteRange(min=0), default=0.9, show_default=True, help="BM25 k1.")
+@click.option("--b", type=FiniteRange(min=0, max=1), default=0.4, show_default=True, help="BM25 b.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Search threads (default: all cores).")
 @click.option("--model", default=None, help=f"dense/hybrid: {MODEL_HELP}")
-@click.option("--alpha", type=click.FloatRange(min=0), default=None, help="hybrid: weight of BM25 (default: the tuned one).")
+@click.option("--alpha", type=FiniteRange(min=0), default=None, help="hybrid: weight of BM25 (default: the tuned one).")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
 @click.option("--depth", type=int, default=100, show_default=True, callback=passages_per_question,
               help="hybrid: candidates taken from each side before fusing (TASER's K').")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import click
 
 from .groups import INDEX_TYPES, MODEL_HELP, RETRIEVER_CHOICES, main, passages_per_question
+from .numbers import FiniteRange
 
 PROMPT = "question> "
 TEXT_WIDTH = 240
@@ -54,7 +55,7 @@ def echo_hits(question: str, hits: list) -> None:
 @click.option("--model", default=None, help=MODEL_HELP)
 @click.option("--k", type=int, default=5, show_default=True, callback=passages_per_question,
               help="Passages per question (at most $ODQA_MAX_K, default 10,000).")  # fmt: skip
-@click.option("--alpha", type=click.FloatRange(min=0), default=None, help="Hybrid weight (default: the tuned one).")
+@click.option("--alpha", type=FiniteRange(min=0), default=None, help="Hybrid weight (default: the tuned one).")
 @click.option("--index-type", type=click.Choice(INDEX_TYPES), default="flat", show_default=True)
 @click.pass_context
 def search(ctx: click.Context, questions: tuple[str, ...], retriever: str | None, model: str | None, k: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .groups import INDEX_TYPES, RETRIEVER_CHOICES, main, workspace_arg
+from .numbers import FiniteRange
 
 
 @main.command("serve")
@@ -17,11 +18,11 @@ from .groups import INDEX_TYPES, RETRIEVER_CHOICES, main, workspace_arg
               help="Dense index searched (default: flat if built, else hnsw, else ivfpq).")
 @click.option("--retriever", type=click.Choice(RETRIEVER_CHOICES), default="dense", show_default=True,
               help="Retriever of requests that name none.")  # fmt: skip
-@click.option("--max-wait-ms", type=click.FloatRange(min=0, max=50), default=5.0, show_default=True,
+@click.option("--max-wait-ms", type=FiniteRange(min=0, max=50), default=5.0, show_default=True,
               help="Longest wait for more concurrent questions before encoding a batch.")  # fmt: skip
 @click.option("--max-batch", type=click.IntRange(min=1, max=4096), default=256, show_default=True,
               help="Most questions encoded in one batch.")  # fmt: skip
-@click.option("--poll-seconds", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+@click.option("--poll-seconds", type=FiniteRange(min=0.1), default=1.0, show_default=True,
               help="How often to check for a newly published release.")  # fmt: skip
 @click.option("--torch-threads", type=click.IntRange(min=1), default=None,
               help="torch intra-op threads per encoder worker (default: half the cores).")

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from ...models.settings import Cli
+from .numbers import FINITE, FiniteRange
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,7 +30,7 @@ def _unwrap_optional(annotation: Any) -> Any:
 
 
 def _bound(info: FieldInfo, kind: type) -> Any | None:
-    """`kind` constrained by the field's bounds (IntRange / FloatRange), or None when unbounded."""
+    """`kind` constrained by the field's bounds (IntRange / FiniteRange), or None when unbounded."""
     limits: dict[str, Any] = {}
     for item in info.metadata:
         if isinstance(item, Ge):
@@ -44,7 +45,7 @@ def _bound(info: FieldInfo, kind: type) -> Any | None:
         return None
     if kind is int:
         return click.IntRange(min=limits.get("min"), max=limits.get("max"))
-    return click.FloatRange(**limits)
+    return FiniteRange(**limits)
 
 
 class OrNone(click.ParamType):
@@ -74,9 +75,9 @@ def field_option(name: str, info: FieldInfo, default: Any, required: bool,
     elif get_origin(kind) is list:
         (item,) = get_args(kind)
         count = next(m.max_length for m in info.metadata if isinstance(m, MaxLen))
-        keywords.update(type=(item,) * count, metavar=" ".join([item.__name__.upper()] * count))
+        keywords.update(type=(FINITE if item is float else item,) * count, metavar=" ".join([item.__name__.upper()] * count))
     elif kind in (int, float):
-        keywords["type"] = _bound(info, kind) or click.types.convert_type(kind)
+        keywords["type"] = _bound(info, kind) or (FINITE if kind is float else click.INT)
         if kind is not info.annotation and default is not None:
             keywords["type"] = OrNone(keywords["type"])
     keywords["show_default"] = default is not None

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .groups import main, workspace_of
+from .numbers import FiniteRange
 
 if TYPE_CHECKING:  # pyarrow is imported by the query itself, not by `odqa --help`
     import pyarrow as pa
@@ -66,7 +67,7 @@ def render(table: pa.Table, fmt: str, max_width: int = 60) -> str:
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--max-width", default=60, show_default=True, help="Truncate wide text cells in table output.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=FiniteRange(min=0, min_open=True), default=60.0, show_default=True,
               metavar="SECONDS", help="Stop the query after this many seconds.")  # fmt: skip
 @click.option("--memory-limit", default=None, metavar="SIZE",
               help="DuckDB's memory for the query, e.g. 8GB or 50% (default: a quarter of the machine's memory, "

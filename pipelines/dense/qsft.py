@@ -19,6 +19,7 @@ the index it was tuned against (its passage side is the base model's), not re-en
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import torch
 
 from ..evaluation.answers import AnswerMatcher, MatchMode
 from ..progress import Progress
+from .divergence import TrainingDiverged
 from .faiss_index import DenseIndex
 
 
@@ -95,6 +97,12 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
+def _diverged(step: int, total: int, what: str, config: QsftConfig) -> str:
+    """Why fine-tuning stopped at `step` (1-based), and what to change."""
+    return (f"query-side fine-tuning diverged at step {step} of {total}: {what}. No update with them was applied and "
+            f"no model is registered. Lower --lr (now {config.learning_rate:g})")
+
+
 def query_side_finetune(
     retriever: QuestionTower,
     index: DenseIndex,
@@ -141,6 +149,9 @@ def query_side_finetune(
                 inputs = {k: v.to(device) for k, v in retriever.tokenize_questions([questions[i] for i in batch]).items()}
                 with autocast:
                     q = retriever.embed_questions(inputs).float()
+                if not torch.isfinite(q).all():  # (the index would answer nan vectors with no positives)
+                    raise TrainingDiverged(_diverged(result.steps + 1, total_steps, "the question vectors are no "
+                                                     "longer finite numbers", config))  # fmt: skip
                 _, rows = index.search_rows(q.detach().cpu().numpy(), config.top_k)
                 ids = index.ids_of_rows(rows)
                 positive = np.zeros(rows.shape, dtype=bool)
@@ -155,7 +166,10 @@ def query_side_finetune(
                 optimizer.zero_grad(set_to_none=True)
                 if used:
                     loss.backward()
-                    torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
+                    norm = float(torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm))
+                    if not (math.isfinite(loss.item()) and math.isfinite(norm)):
+                        raise TrainingDiverged(_diverged(result.steps + 1, total_steps, f"the loss is {loss.item():.4g} "
+                                                         f"and the gradients' norm {norm:.4g}", config))  # fmt: skip
                     optimizer.step()
                     loss_sum += loss.item() * used
                     used_sum += used

@@ -211,3 +211,19 @@ def test_speed_options_reach_the_trainer_snapshots_and_costs_are_kept(cli, tiny_
     again = cli(*common, "--threads", "1")
     assert "no-op" not in again.output
     assert "no-op" in cli(*common, "--threads", "2").output  # threads only change the speed
+
+
+def test_a_diverged_training_registers_nothing_and_says_what_to_change(cli, tiny_checkpoint, tmp_path):
+    # lr 1e30 is a finite number the options accept; its first update makes every later loss nan.
+    root = tmp_path / "ws"
+    fill_workspace(root)
+    result = cli("--workspace", str(root), "train", "--arch", "dpr", "--base", tiny_checkpoint, "--train",
+                 "toy:train", "--model-id", "diverged", "--max-steps", "4", "--batch-size", "3", "--lr", "1e30",
+                 "--warmup-steps", "0", ok=False)  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "odqa: error: training diverged at step " in result.output
+    assert "no model is registered. Lower --lr (now 1e+30)" in result.output
+    assert "train diverged: done" not in result.output
+    ws = Workspace.resolve(root)
+    assert ws.sql("SELECT count(*) AS n FROM models").to_pylist() == [{"n": 0}]
+    assert not (root / "models" / "diverged").exists()
