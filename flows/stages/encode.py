@@ -251,7 +251,7 @@ def encode_shard_task(
         vectors = encode_shard(inference_weights(retriever, precision, device), titles, texts, batch_size=batch_size,  # type: ignore[arg-type]
                                device=device, precision=precision, tokens=tokens)  # type: ignore[arg-type]  # fmt: skip
     counts = (feed.tokenized, feed.reused) if feed is not None else (len(ids), 0)
-    return write_shard(out, planned.index, ids, as_storage(vectors, dtype)), device or "cpu", True, *counts  # type: ignore[arg-type]
+    return write_shard(out, planned.index, ids, as_storage(vectors, dtype, ids)), device or "cpu", True, *counts  # type: ignore[arg-type]
 
 
 @flow(name="dense-encode-mapped")

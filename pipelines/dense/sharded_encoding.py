@@ -742,9 +742,32 @@ def record_shard(out_dir: Path, manifest: EncodingManifest, info: ShardInfo) -> 
     write_manifest(out_dir, manifest)
 
 
-def as_storage(vectors: np.ndarray, dtype: StorageDtype) -> np.ndarray:
-    """Vectors in the stored dtype (float16 halves the files; compute stays in float32)."""
-    return vectors if dtype == "float32" else vectors.astype(np.float16)
+class NonFiniteVectors(ValueError):
+    """Passage vectors holding nan or inf. A model whose weights hold nan (a training that
+    diverged) encodes every passage to nan, and FAISS indexes them without a word: the index
+    then answers every question with nothing, and a re-index would release it."""
+
+
+def non_finite_rows(vectors: np.ndarray) -> np.ndarray:
+    """Row numbers of the vectors with a nan or inf component."""
+    return np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+
+
+def as_storage(vectors: np.ndarray, dtype: StorageDtype, ids: pa.Array) -> np.ndarray:
+    """Vectors in the stored dtype (float16 halves the files; compute stays in float32), refused
+    (`NonFiniteVectors`, naming the first passage) when one is not finite, before its shard is
+    written."""
+    with np.errstate(over="ignore"):  # (an overflow to inf is found and named below)
+        stored = vectors if dtype == "float32" else vectors.astype(np.float16)
+    bad = non_finite_rows(stored)
+    if len(bad):
+        if dtype == "float16" and np.isfinite(vectors[bad]).all():
+            why = "they exceed float16's range (65504): encode with --dtype float32"
+        else:
+            why = "the model's weights or its outputs hold nan or inf (a training that diverged?)"
+        raise NonFiniteVectors(f"{len(bad)} of {len(ids)} passage vectors of a shard are not finite numbers "
+                               f"(first: passage {ids[int(bad[0])].as_py()!r}): {why}; that shard is not written")
+    return stored
 
 
 def _skip_finished(out_dir: Path, done: dict[int, ShardInfo], index: int, shard: pa.Table, bar) -> bool:
@@ -799,7 +822,7 @@ def _encode_in_process(manifest, done, batches, out_dir, retriever, device, batc
         return shard_tokens(retriever, feed, item[2], item[3], item[4]) if len(item[4]) else None
 
     def write(index: int, ids: pa.Array, vectors: np.ndarray) -> None:
-        record_shard(out_dir, manifest, write_shard(out_dir, index, ids, as_storage(vectors, manifest.dtype)))
+        record_shard(out_dir, manifest, write_shard(out_dir, index, ids, as_storage(vectors, manifest.dtype, ids)))
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as writer:
         writing: Future | None = None
@@ -835,7 +858,7 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
         for (index, ids, titles, texts, _), tokens in _ahead(tokenize, iter(tasks.get, None)):
             vectors = encode_shard(model, titles, texts, batch_size=batch_size, device=device, precision=precision,
                                    on_batch=lambda n: results.put(("progress", n)), tokens=tokens)
-            results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype))))
+            results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype, ids))))
     except BaseException:
         results.put(("error", f"worker on {device}:\n{traceback.format_exc()}"))
         raise
@@ -993,7 +1016,15 @@ class EncodedCorpus:
                     block = np.fromfile(handle, dtype=dtype, count=count * dim)
                     if block.size != count * dim:
                         raise ValueError(f"{path}: truncated at row {first - lo}")
-                    yield first, block.reshape(count, dim).astype(np.float32, copy=False)
+                    block = block.reshape(count, dim)
+                    bad = non_finite_rows(block)
+                    if len(bad):  # (embeddings written before encoding refused them, or by other tools)
+                        row = first - lo + int(bad[0])
+                        passage = pq.read_table(self.dir / info.ids_file).column("passage_id")[row].as_py()
+                        raise NonFiniteVectors(f"{path}: row {row} (passage {passage!r}) is not a finite vector: the "
+                                               "model that encoded it gives nan or inf (its weights hold them: a "
+                                               "training that diverged?); encode with a working model")  # fmt: skip
+                    yield first, block.astype(np.float32, copy=False)
                     first += count
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
