@@ -117,7 +117,7 @@ class TrainSettings(Settings):
                                  "flipped (thesis 5.1 variants)")  # fmt: skip
     temperature: float | None = Field(default=None, gt=0, description="Softmax temperature; empty: 1 for dot "
                                       "product, 0.05 for cosine")  # fmt: skip
-    seed: int = Field(default=0, ge=0, description="Random seed of sampling and initialisation")
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Random seed of sampling and initialisation")
     amp: Amp = Field(default="auto", description="Mixed precision: auto (bf16/fp16 autocast on GPU, bf16 on CPUs "
                      "with bf16 matrix units, about 2x faster per step, else full precision), bf16, fp16 (GPU only) "
                      "or none")  # fmt: skip

@@ -26,6 +26,7 @@ from ...storage import choices, ids
 from ..backend.auth import client_auth_string
 from ..backend.file_modes import apply_umask
 from ..backend.local_server import ServerPaths, registered_client, stamped_flow_runs
+from ..plumbing.bounds import SEED_MAX
 from .numbers import FiniteRange
 from .prefect_api import PrefectApi, choose_prefect_api, server_lines
 from .terminal import TerminalSession, open_session, workspace_root
@@ -284,6 +285,7 @@ RUN_PASSAGES = list(choices.RUN_PASSAGES)
 RUN_PASSAGES_HELP = ("Whose texts answers are matched in: the passages the run was retrieved from (run), or the "
                      "current passages (current).")  # fmt: skip
 SIGNIFICANCE = FiniteRange(min=0, max=1, min_open=True, max_open=True)  # a test's alpha
+SEED = click.IntRange(min=0, max=SEED_MAX)  # as the flows' `Seed`
 
 
 NAME_RULE_HELP = ids.NAME_RULE[0].upper() + ids.NAME_RULE[1:] + "."

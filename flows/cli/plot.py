@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .groups import MODEL_HELP, plot_group, workspace_arg
+from .groups import MODEL_HELP, SEED, plot_group, workspace_arg
 from .report import echo_report
 
 
@@ -14,7 +14,7 @@ from .report import echo_report
 @click.option("--split", default=None)
 @click.option("--samples", type=click.IntRange(min=5), default=500, show_default=True,
               help="Questions and passages each.")  # fmt: skip
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.pass_context
 def plot_embeddings(ctx: click.Context, model: str, dataset: str | None, split: str | None, samples: int,
                     seed: int) -> None:  # fmt: skip

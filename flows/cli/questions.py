@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ...storage.choices import TREX_SPLITS
-from .groups import questions_group, workspace_arg
+from .groups import SEED, questions_group, workspace_arg
 from .numbers import FiniteRange
 from .report import echo_report
 
@@ -23,7 +23,7 @@ WIKIDATA = "https://query.wikidata.org/sparql"
               help="Relations to use (repeat or comma-separate; default: the thesis' 14, or every templated one with --splits none).")
 @click.option("--sample-per-relation", type=click.IntRange(min=1), default=None,
               help="Facts per relation, deterministic under --seed (default: all from files, 20000 from SPARQL).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--splits", type=click.Choice(list(TREX_SPLITS)), default="thesis", show_default=True,
               help="thesis: seen relations 80/10/10, unseen relations 10% test_unseen, 4 analysis sets.")
 @click.option("--split", default=None, help="With --splits none: the one split every question goes to.")
@@ -58,7 +58,7 @@ def questions_trex(ctx: click.Context, sparql: str | None, trex: str | None, tri
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--dataset", default="paq", show_default=True)
 @click.option("--passages", type=click.IntRange(min=1), default=100_000, show_default=True, help="Passages to sample (one question each).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--min-questions", type=click.IntRange(min=1), default=3, show_default=True, help="Keep passages with at least this many.")
 @click.option("--negatives", type=click.IntRange(min=0), default=1, show_default=True, help="Negative questions per flipped row.")
 @click.option("--memory-limit", default="1GB", show_default=True, help="DuckDB memory for the grouping.")
@@ -79,7 +79,7 @@ def questions_paq(ctx: click.Context, file: str, dataset: str, passages: int, se
 @click.option("--split", required=True, help="The training split, e.g. train (it stays as it was).")
 @click.option("--fraction", type=FiniteRange(min=0, max=1, min_open=True, max_open=True), default=0.1,
               show_default=True, help="Share of the questions held out; the rest are trained on.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Which questions are held out (with their ids).")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Which questions are held out (with their ids).")
 @click.option("--fit-split", default=None, help="Name of the split trained on (default: SPLIT-fit).")
 @click.option("--tune-split", default=None, help="Name of the held-out split (default: SPLIT-tune).")
 @click.pass_context

@@ -49,6 +49,7 @@ from ...storage.metrics import recall_table
 from ...storage.model_registry import registered_key, resolve_model
 from ...storage.reports import Report
 from ...storage.runs import run_record_stage
+from ..plumbing.bounds import SEED_MAX
 from ..plumbing.console import tell
 from ..plumbing.oxigraph import local_sparql_endpoint
 from ..plumbing.sample_data import SAMPLE_DIR, SAMPLE_DUMP
@@ -123,7 +124,7 @@ class QuestionSettings(BaseModel):
                            description="EntityQuestions relation_query_templates.json")
     dataset: str = Field(default="trex", description="Dataset name of the template questions")
     sample_per_relation: int | None = Field(default=None, description="Facts per relation (SPARQL sampling)")
-    seed: int = Field(default=0, description="Seed of sampling and splits")
+    seed: int = Field(default=0, ge=0, le=SEED_MAX, description="Seed of sampling and splits")
     paq: str | None = Field(default=str(SAMPLE_DIR / "paq" / "paq-sample.metadata.jsonl"),
                             description="PAQ metadata JSON Lines (none to skip)")
     paq_passages: int = Field(default=100_000, description="PAQ passages to sample")

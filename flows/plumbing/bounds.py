@@ -16,7 +16,9 @@ from typing import Annotated
 from pydantic import Field
 
 AtLeastOne = Annotated[int, Field(ge=1)]  # counts and sizes: passages per question, threads, rounds
-AtLeastZero = Annotated[int, Field(ge=0)]  # seeds, retries, a node's rank
+AtLeastZero = Annotated[int, Field(ge=0)]  # retries, a node's rank
+SEED_MAX = 2**32 - 1  # numpy's and scikit-learn's seeds are 32-bit (t-SNE refuses a larger one mid-run)
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]  # a random seed
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a memory budget, a timeout
 NotNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # seconds to wait, a BM25 k1, a hybrid weight
 Share = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]  # a fraction held out, a significance level

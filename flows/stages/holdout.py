@@ -23,7 +23,7 @@ from ...storage.fingerprint import fingerprint
 from ...storage.questions import known_splits, load_questions, questions_fingerprint
 from ...storage.reports import Report
 from ...storage.schemas import SCHEMAS
-from ..plumbing.bounds import AtLeastZero, Share
+from ..plumbing.bounds import Seed, Share
 from ..plumbing.report_text import log_report
 from ..plumbing.skip_unchanged import finished_report
 
@@ -62,7 +62,7 @@ def _check_targets(ws: Workspace, dataset: str, split: str, targets: list[str]) 
 
 
 @flow(name="holdout")
-def holdout_flow(dataset: str, split: str, fraction: Share = DEFAULT_FRACTION, seed: AtLeastZero = 0,
+def holdout_flow(dataset: str, split: str, fraction: Share = DEFAULT_FRACTION, seed: Seed = 0,
                  fit_split: str | None = None, tune_split: str | None = None,
                  workspace: str | None = None) -> HoldoutReport:  # fmt: skip
     """Hold out `fraction` of DATASET:SPLIT's questions to tune on; train on the rest.

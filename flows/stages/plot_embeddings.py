@@ -21,7 +21,7 @@ from ...storage.model_registry import resolve_model
 from ...storage.passages import passages_with_ids, random_passages
 from ...storage.questions import questions_of_splits
 from ...storage.reports import Report
-from ..plumbing.bounds import AtLeastZero
+from ..plumbing.bounds import Seed
 
 
 @dataclass
@@ -39,7 +39,7 @@ def plot_embeddings_flow(
     dataset: str | None = None,
     split: str | None = None,
     samples: Annotated[int, Field(ge=5)] = 500,
-    seed: AtLeastZero = 0,
+    seed: Seed = 0,
     workspace: str | None = None,
 ) -> PlotEmbeddingsReport:
     """t-SNE of question vs passage embeddings as a PNG in plots/ (see the module doc)."""

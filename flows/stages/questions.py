@@ -72,7 +72,7 @@ from ...storage.fingerprint import file_sha256, fingerprint
 from ...storage.locks import writer_lock
 from ...storage.passages import passage_files
 from ...storage.reports import Report
-from ..plumbing.bounds import AtLeastOne, AtLeastZero, NotNegative, Positive
+from ..plumbing.bounds import AtLeastOne, AtLeastZero, NotNegative, Positive, Seed
 from ..plumbing.report_text import log_report
 from ..plumbing.runtime import stage_logger
 from ..plumbing.skip_unchanged import finished_report
@@ -198,7 +198,7 @@ def trex_questions_flow(
     triples: str | None = None,
     relations: list[str] | None = None,
     sample_per_relation: AtLeastOne | None = None,
-    seed: AtLeastZero = 0,
+    seed: Seed = 0,
     splits: TrexSplits = "thesis",
     split: str | None = None,
     size_per_relation: AtLeastOne | None = 10_000,
@@ -325,7 +325,7 @@ def paq_questions_flow(
     path: str,
     dataset: str = "paq",
     passages: AtLeastOne = 100_000,
-    seed: AtLeastZero = 0,
+    seed: Seed = 0,
     min_questions: AtLeastOne = 3,
     negatives: AtLeastZero = 1,
     memory_limit: str = "1GB",

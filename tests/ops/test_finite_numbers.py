@@ -3,7 +3,9 @@
 Python's float() reads "nan", "inf" and "1e999", and a plain bound passes them (nan compares
 false with every bound, inf is above every lower one): `odqa train --lr inf` trained to a loss of
 nan and registered the model as done. Every float option of every verb must parse through
-`FiniteRange`, and the settings models and the flows' bounds refuse the same values.
+`FiniteRange`, and the settings models and the flows' bounds refuse the same values. Seeds
+likewise stay within the 32 bits numpy and scikit-learn take (`plot embeddings --seed 2**32`
+failed inside t-SNE, after the embeddings were loaded).
 """
 
 from __future__ import annotations
@@ -72,3 +74,17 @@ def test_the_settings_and_the_flows_bounds_refuse_them(value):
     for bound in (bounds.Positive, bounds.NotNegative, bounds.Share, bounds.UnitInterval):
         with pytest.raises(ValidationError):
             TypeAdapter(bound).validate_python(value)
+
+
+def test_every_seed_takes_what_numpy_and_scikit_learn_take():
+    seeds = {f"{path} --seed": option.type for path, command in _commands(main) for option in command.params
+             if option.name == "seed"}  # fmt: skip
+    assert len(seeds) >= 6  # train, train-rounds, the experiments, questions trex/paq/holdout, plot embeddings
+    wrong = {name: kind for name, kind in seeds.items()
+             if not (isinstance(kind, click.IntRange) and (kind.min, kind.max) == (0, 2**32 - 1))}  # fmt: skip
+    assert not wrong, wrong
+    assert TypeAdapter(bounds.Seed).validate_python(2**32 - 1) == 2**32 - 1
+    with pytest.raises(ValidationError):
+        TypeAdapter(bounds.Seed).validate_python(2**32)
+    with pytest.raises(ValidationError):
+        TrainSettings(seed=2**32)
