@@ -859,6 +859,9 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
             vectors = encode_shard(model, titles, texts, batch_size=batch_size, device=device, precision=precision,
                                    on_batch=lambda n: results.put(("progress", n)), tokens=tokens)
             results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype, ids))))
+    except NonFiniteVectors as error:  # the model's fault: one line, as in one process, and no traceback
+        results.put(("error", f"worker on {device or 'cpu'}: {error}"))
+        raise SystemExit(1) from None
     except BaseException:
         results.put(("error", f"worker on {device}:\n{traceback.format_exc()}"))
         raise
@@ -902,6 +905,11 @@ def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, bat
                 raise RuntimeError(f"encoding failed in {payload}")
         dead = [w for w in workers if not w.is_alive() and w.exitcode not in (0, None)]
         if dead:
+            with contextlib.suppress(queue.Empty):  # a worker's last word, flushed as it exited, says why
+                while True:
+                    kind, payload = results.get(timeout=1.0)
+                    if kind == "error":
+                        raise RuntimeError(f"encoding failed in {payload}")
             raise RuntimeError(f"encoding worker(s) died with exit code(s) {[w.exitcode for w in dead]}")
 
     try:

@@ -8,6 +8,8 @@ matches", and a scheduled re-index releases it.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -25,6 +27,7 @@ from odqa.pipelines.dense.sharded_encoding import (
     write_manifest,
     write_shard,
 )
+from tests.experiments.tiny_encoder import write_tiny_encoder
 
 DIM = 16
 
@@ -71,3 +74,28 @@ def test_the_index_build_refuses_stored_nan_vectors(tmp_path, index_type):
     with pytest.raises(NonFiniteVectors, match=r"shard-00001\.npy: row 17 \(passage 'doc67'\) is not a finite vector"):
         build_faiss_index(emb, tmp_path / "index", index_type=index_type, progress=False)
     assert not (tmp_path / "index").exists()
+
+
+def _diverged_encoder(folder) -> str:
+    """A tiny BERT checkpoint whose first layer's output weights are nan, as a diverged training leaves them."""
+    from safetensors.torch import load_file, save_file
+
+    write_tiny_encoder(folder, layers=1)
+    weights = load_file(folder / "model.safetensors")
+    name = next(n for n in weights if n.endswith("layer.0.output.dense.weight"))
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return str(folder)
+
+
+def test_a_worker_process_names_the_passage_in_one_line(tmp_path):
+    from odqa.models.retriever import load_retriever
+
+    folder = _diverged_encoder(tmp_path / "diverged")
+    with pytest.raises(RuntimeError, match=r"encoding failed in worker on cpu: 10 of 10 passage vectors of a shard "
+                       r"are not finite numbers \(first: passage 'p0+'\)") as raised:  # fmt: skip
+        encode_corpus(load_retriever(folder), as_batches(make_corpus(20), 10), tmp_path / "emb",
+                      corpus_fingerprint="c", shard_size=10, batch_size=8, devices=[None, None], progress=False,
+                      retriever_factory=functools.partial(load_retriever, folder))  # fmt: skip
+    assert "Traceback" not in str(raised.value)
+    assert not list((tmp_path / "emb").glob("shard-*"))
