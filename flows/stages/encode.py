@@ -40,6 +40,7 @@ from ...pipelines.dense.shard_plan import ShardRange, pending_shards
 from ...pipelines.dense.sharded_encoding import (
     DEFAULT_SHARD_SIZE,
     EncodedCorpus,
+    NonFiniteVectors,
     as_storage,
     default_devices,
     encode_corpus,
@@ -319,9 +320,11 @@ def encode_mapped_flow(
             encoded += info.count if fresh else 0
             taken += 0 if fresh else 1
             devices.add(device)
-        if failures:
-            raise RuntimeError(f"{len(failures)} of {len(plan)} shard task(s) failed; the {len(plan) - len(failures)} "
-                               "that finished are recorded and a re-run resumes after them") from failures[0]  # fmt: skip
+        if failures:  # the first failure's own words: the chained exception is not what a terminal shows
+            first = failures[0]
+            kind = NonFiniteVectors if isinstance(first, NonFiniteVectors) else RuntimeError
+            raise kind(f"{len(failures)} of {len(plan)} shard task(s) failed; the {len(plan) - len(failures)} that "
+                       f"finished are recorded and a re-run resumes after them. The first: {first}") from first  # fmt: skip
         manifest.complete = True
         write_manifest(out, manifest)
         write_keys(out, ws.scan("passages", columns=PASSAGE_COLUMNS, batch_size=4096, snapshot=snapshot))
@@ -355,12 +358,15 @@ def encode(ws: Workspace, ref: ModelRef, shard_size: int = DEFAULT_SHARD_SIZE, b
     `passages_version` (default: the current one) is the version encoded."""
     dtype = stored_dtype(ws, ref, dtype, passages_version)
     runner = mapping_runner(runner)
-    if runner is None:
-        return encode_task(str(ws.root), ref, shard_size, batch_size, dtype, precision, passages_version)
-    # A flow's parameters are what its UI shows: the mapped flow gets the model's name and resolves it.
-    return encode_on_runner(runner, model=ref.name, workspace=str(ws.root), shard_size=shard_size,
-                            batch_size=batch_size, dtype=dtype, precision=precision,
-                            passages_version=passages_version)  # fmt: skip
+    try:
+        if runner is None:
+            return encode_task(str(ws.root), ref, shard_size, batch_size, dtype, precision, passages_version)
+        # A flow's parameters are what its UI shows: the mapped flow gets the model's name and resolves it.
+        return encode_on_runner(runner, model=ref.name, workspace=str(ws.root), shard_size=shard_size,
+                                batch_size=batch_size, dtype=dtype, precision=precision,
+                                passages_version=passages_version)  # fmt: skip
+    except NonFiniteVectors as error:  # (a re-index encodes several models: say which one is broken)
+        raise NonFiniteVectors(f"model {ref.name!r}: {error}") from None
 
 
 @flow(name="dense-encode")

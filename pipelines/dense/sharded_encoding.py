@@ -860,11 +860,19 @@ def _worker_main(device, factory, tasks, results, out_dir, batch_size, precision
                                    on_batch=lambda n: results.put(("progress", n)), tokens=tokens)
             results.put(("done", write_shard(Path(out_dir), index, ids, as_storage(vectors, dtype, ids))))
     except NonFiniteVectors as error:  # the model's fault: one line, as in one process, and no traceback
-        results.put(("error", f"worker on {device or 'cpu'}: {error}"))
+        results.put(("non-finite", f"{error} (encoding worker on {device or 'cpu'})"))
         raise SystemExit(1) from None
     except BaseException:
         results.put(("error", f"worker on {device}:\n{traceback.format_exc()}"))
         raise
+
+
+def _raise_worker_error(kind: str, payload: str) -> None:
+    """A worker's failure, raised in the parent: non-finite vectors as themselves (the model's
+    fault, one line), anything else with the worker's traceback."""
+    if kind == "non-finite":
+        raise NonFiniteVectors(payload)
+    raise RuntimeError(f"encoding failed in {payload}")
 
 
 def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, batch_size, bar, retriever,
@@ -902,14 +910,14 @@ def _encode_multiprocess(manifest, done, batches, out_dir, devices, factory, bat
                 record_shard(out_dir, manifest, payload)
                 encoded += payload.count
             else:
-                raise RuntimeError(f"encoding failed in {payload}")
+                _raise_worker_error(kind, payload)
         dead = [w for w in workers if not w.is_alive() and w.exitcode not in (0, None)]
         if dead:
             with contextlib.suppress(queue.Empty):  # a worker's last word, flushed as it exited, says why
                 while True:
                     kind, payload = results.get(timeout=1.0)
-                    if kind == "error":
-                        raise RuntimeError(f"encoding failed in {payload}")
+                    if kind in ("error", "non-finite"):
+                        _raise_worker_error(kind, payload)
             raise RuntimeError(f"encoding worker(s) died with exit code(s) {[w.exitcode for w in dead]}")
 
     try:

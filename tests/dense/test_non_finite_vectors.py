@@ -92,10 +92,26 @@ def test_a_worker_process_names_the_passage_in_one_line(tmp_path):
     from odqa.models.retriever import load_retriever
 
     folder = _diverged_encoder(tmp_path / "diverged")
-    with pytest.raises(RuntimeError, match=r"encoding failed in worker on cpu: 10 of 10 passage vectors of a shard "
-                       r"are not finite numbers \(first: passage 'p0+'\)") as raised:  # fmt: skip
+    with pytest.raises(NonFiniteVectors, match=r"^10 of 10 passage vectors of a shard are not finite numbers \(first: "
+                       r"passage 'p00000[01]0'\).* \(encoding worker on cpu\)$") as raised:  # fmt: skip
         encode_corpus(load_retriever(folder), as_batches(make_corpus(20), 10), tmp_path / "emb",
                       corpus_fingerprint="c", shard_size=10, batch_size=8, devices=[None, None], progress=False,
                       retriever_factory=functools.partial(load_retriever, folder))  # fmt: skip
     assert "Traceback" not in str(raised.value)
     assert not list((tmp_path / "emb").glob("shard-*"))
+
+
+@pytest.mark.parametrize("runner", [[], ["--runner", "threads"]], ids=["in-process", "threads-runner"])
+def test_odqa_encode_names_the_broken_model_and_indexes_nothing(cli, tmp_path, runner):
+    folder = _diverged_encoder(tmp_path / "diverged")
+    passages = tmp_path / "passages.tsv"
+    passages.write_text("id\ttext\ttitle\n" + "".join(f"{i}\tpassage number {i}\tTitle {i}\n" for i in range(6)))
+    workspace = ("-w", str(tmp_path / "ws"))
+    cli(*workspace, "import", "passages", "--format", "dpr-tsv", str(passages))
+    result = cli(*workspace, "encode", "--model", folder, *runner, ok=False)
+    assert result.exit_code == 1, result.output
+    error = next(line for line in result.output.splitlines() if line.startswith("odqa: error:"))
+    assert f"model {folder!r}" in error and "6 of 6 passage vectors of a shard are not finite numbers" in error
+    assert "Traceback" not in result.output
+    assert cli(*workspace, "index", "build", "--model", folder, ok=False).exit_code == 1
+    assert not list((tmp_path / "ws" / "indexes").glob("dense/*/*/index*"))
